@@ -1,0 +1,177 @@
+"""Typed records the services return and the API serialises: one shape for CLI and HTTP.
+
+The remote client parses responses back into these same classes, so a command renders
+identically in embedded and remote mode.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+T = TypeVar("T")
+
+Role = Literal["target", "draft", "heads"]
+Method = Literal["draft_model", "prompt_lookup", "medusa", "eagle", "eagle3", "mtp"]
+PairStatus = Literal["registered", "validated", "promoted", "drifted", "deprecated", "retired"]
+
+PROVENANCE_FIELDS = (
+    "publisher",
+    "license",
+    "source_url",
+    "training_data",
+    "base_model",
+    "trained_against",
+    "training_code_revision",
+)
+
+
+class Page(BaseModel, Generic[T]):
+    """One page of a list; pass ``next_cursor`` back as ``cursor`` for the next page."""
+
+    items: list[T]
+    next_cursor: str | None = None
+
+
+class Provenance(BaseModel):
+    """Where an artifact came from and what it was made for; every field is optional."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    publisher: str | None = None
+    license: str | None = None
+    source_url: str | None = None
+    training_data: str | None = None
+    base_model: str | None = None
+    trained_against: str | None = Field(
+        default=None,
+        description="Artifact reference or manifest digest of the target this was trained for.",
+    )
+    training_code_revision: str | None = None
+    attestations: dict[str, Any] = Field(default_factory=dict)
+
+
+class ManifestEntry(BaseModel):
+    path: str
+    size: int
+    sha256: str
+
+
+class ArtifactRecord(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "example": {
+                "id": 1,
+                "lineage": "acme/chat-8b",
+                "version": 1,
+                "ref": "acme/chat-8b@v1",
+                "role": "target",
+                "source": "hf://acme/chat-8b@0123456789abcdef0123456789abcdef01234567",
+            }
+        }
+    )
+
+    id: int
+    lineage: str
+    version: int
+    ref: str = Field(description="LINEAGE@vN")
+    role: Role
+    source: str
+    source_kind: Literal["local", "hf"]
+    hub_repo: str | None = None
+    hub_revision: str | None = None
+    hub_commit: str | None = None
+    local_path: str | None = None
+    manifest_digest: str
+    signing_root: str
+    total_size: int
+    file_count: int
+    tokenizer_digest: str | None = None
+    vocab_digest: str | None = None
+    vocab_size: int | None = None
+    facts: dict[str, Any]
+    provenance: Provenance
+    provenance_missing: list[str]
+    registered_by: str
+    registered_at: datetime
+    manifest: list[ManifestEntry] | None = Field(
+        default=None, description="Present on single-artifact reads, omitted in lists."
+    )
+
+
+class ArtifactAddResult(BaseModel):
+    artifact: ArtifactRecord
+    created: bool = Field(description="False when identical content was already registered.")
+    target_changed: bool = Field(
+        default=False, description="True when this is new content in an existing target lineage."
+    )
+
+
+class VerifyReport(BaseModel):
+    artifact_id: int
+    manifest_digest: str
+    path: str
+    ok: bool
+    changed: list[str]
+    missing: list[str]
+    added: list[str]
+
+
+class PairRecord(BaseModel):
+    id: int
+    pair_digest: str
+    target: ArtifactRecord
+    drafter: ArtifactRecord | None
+    method: Method
+    k: int
+    config: dict[str, Any]
+    lossy: bool
+    status: PairStatus
+    warnings: list[str]
+    registered_by: str
+    registered_at: datetime
+
+
+class PairRegisterResult(BaseModel):
+    pair: PairRecord
+    created: bool
+
+
+class AuditEventRecord(BaseModel):
+    seq: int
+    occurred_at: datetime
+    actor: str
+    action: str
+    entity_type: str
+    entity_id: str
+    payload: dict[str, Any]
+    prev_hash: str
+    chain_hash: str
+
+
+class ChainVerifyResult(BaseModel):
+    ok: bool
+    count: int
+    head_seq: int
+    head_hash: str
+    first_broken_seq: int | None = None
+    reason: str | None = None
+    checkpoint_ok: bool | None = None
+    checkpoint_detail: str | None = None
+
+
+class TokenRecord(BaseModel):
+    id: int
+    name: str
+    role: str
+    created_by: str
+    created_at: datetime
+    last_used_at: datetime | None = None
+    revoked_at: datetime | None = None
+
+
+class TokenCreated(BaseModel):
+    token: TokenRecord
+    secret: str = Field(description="Shown once; only its SHA-256 is stored.")

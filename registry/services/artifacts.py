@@ -1,0 +1,347 @@
+"""Registering, reading and verifying artifacts.
+
+Hashing happens before the first database statement, so the write transaction (and the
+registry's write lock) is held only for the few rows it inserts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from registry import hub, model_facts
+from registry.audit import append_event, lock_writes
+from registry.errors import Conflict, InvalidInput, NotFound
+from registry.manifest import Manifest, ManifestError, build_manifest, compare_manifests
+from registry.models import Artifact, Lineage
+from registry.records import (
+    PROVENANCE_FIELDS,
+    ArtifactAddResult,
+    ArtifactRecord,
+    ManifestEntry,
+    Page,
+    Provenance,
+    Role,
+    VerifyReport,
+)
+from registry.refs import resolve_artifact
+from registry.services.base import operation, page_query
+from registry.tokenizer_digest import TokenizerDigestError, tokenizer_files_digest, vocab_digest
+
+ROLES = ("target", "draft", "heads")
+
+
+@dataclass
+class _Content:
+    """What hashing a source produced, before anything is written."""
+
+    source: str
+    source_kind: str
+    manifest: Manifest
+    local_path: str | None
+    hub_repo: str | None = None
+    hub_revision: str | None = None
+    hub_commit: str | None = None
+    content_dir: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _hash_source(source: str, workers: int | None) -> _Content:
+    if source.startswith("hf://"):
+        try:
+            resolved = hub.resolve(source)
+        except hub.HubError as exc:
+            raise _hub_error(exc) from exc
+        manifest = Manifest.from_entries(resolved.entries)
+        snapshot = Path(resolved.snapshot_dir) if resolved.snapshot_dir else None
+        return _Content(
+            source=resolved.uri,
+            source_kind="hf",
+            manifest=manifest,
+            # Only a complete snapshot can stand in for the artifact's files when verifying.
+            local_path=str(snapshot) if snapshot and resolved.complete_snapshot else None,
+            hub_repo=resolved.repo_id,
+            hub_revision=resolved.requested_revision,
+            hub_commit=resolved.commit,
+            content_dir=snapshot,
+        )
+    if "://" in source or source.startswith("models:/"):
+        raise InvalidInput(
+            f"source {source!r}: only local directories and hf://org/repo[@revision] are supported",
+            field="source",
+        )
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise InvalidInput(f"source path {source} does not exist", field="source")
+    if not path.is_dir():
+        raise InvalidInput(f"source path {source} is not a directory", field="source")
+    try:
+        manifest = build_manifest(path, workers)
+    except ManifestError as exc:
+        raise InvalidInput(f"source: {exc}", field="source") from exc
+    if manifest.file_count == 0:
+        raise InvalidInput(f"source path {source} contains no files", field="source")
+    resolved_path = str(path.resolve())
+    return _Content(resolved_path, "local", manifest, resolved_path, content_dir=path.resolve())
+
+
+def _hub_error(exc: Exception) -> Exception:
+    kind = type(exc).__name__
+    if "NotFound" in kind:
+        return NotFound(f"source: {exc}", field="source")
+    return InvalidInput(f"source: {exc}", field="source")
+
+
+def _describe(content: _Content) -> dict[str, Any]:
+    """Tokenizer digests and architecture facts, read from the hashed files."""
+    out: dict[str, Any] = {
+        "tokenizer_digest": None,
+        "vocab_digest": None,
+        "vocab_size": None,
+        "facts": {},
+    }
+    if content.content_dir is None:
+        return out
+    try:
+        out["tokenizer_digest"] = tokenizer_files_digest(content.content_dir)
+        vocab = vocab_digest(content.content_dir)
+    except TokenizerDigestError as exc:
+        raise InvalidInput(f"source: {exc}", field="source") from exc
+    if vocab is not None:
+        out["vocab_digest"] = vocab.digest
+        out["vocab_size"] = vocab.vocab_size
+    try:
+        facts = model_facts.read_model_facts(content.content_dir)
+    except model_facts.ModelFactsError as exc:
+        raise InvalidInput(f"source: {exc}", field="source") from exc
+    out["facts"] = facts.to_dict()
+    return out
+
+
+def _normalise_provenance(session: Session, provenance: Provenance) -> Provenance:
+    """Resolve ``trained_against`` to a manifest digest when it names a registered artifact."""
+    ref = provenance.trained_against
+    if not ref:
+        return provenance
+    value = ref.strip().lower()
+    if len(value) == 64 and all(c in "0123456789abcdef" for c in value):
+        return provenance.model_copy(update={"trained_against": value})
+    art = resolve_artifact(session, ref, field="trained_against")
+    return provenance.model_copy(update={"trained_against": art.manifest_digest})
+
+
+def missing_provenance(provenance: dict[str, Any]) -> list[str]:
+    return [name for name in PROVENANCE_FIELDS if not provenance.get(name)]
+
+
+def to_record(art: Artifact, *, with_manifest: bool = False) -> ArtifactRecord:
+    return ArtifactRecord(
+        id=art.id,
+        lineage=art.lineage,
+        version=art.version,
+        ref=f"{art.lineage}@v{art.version}",
+        role=art.role,  # type: ignore[arg-type]
+        source=art.source,
+        source_kind=art.source_kind,  # type: ignore[arg-type]
+        hub_repo=art.hub_repo,
+        hub_revision=art.hub_revision,
+        hub_commit=art.hub_commit,
+        local_path=art.local_path,
+        manifest_digest=art.manifest_digest,
+        signing_root=art.signing_root,
+        total_size=art.total_size,
+        file_count=art.file_count,
+        tokenizer_digest=art.tokenizer_digest,
+        vocab_digest=art.vocab_digest,
+        vocab_size=art.vocab_size,
+        facts=art.facts,
+        provenance=Provenance.model_validate(art.provenance),
+        provenance_missing=missing_provenance(art.provenance),
+        registered_by=art.registered_by,
+        registered_at=art.registered_at,
+        manifest=[ManifestEntry(**e) for e in art.manifest] if with_manifest else None,
+    )
+
+
+def _check_name(name: str) -> str:
+    name = name.strip()
+    if not name or "@" in name or any(c.isspace() for c in name) or len(name) > 200:
+        raise InvalidInput(
+            f"name {name!r} must be 1-200 characters with no spaces or '@'", field="name"
+        )
+    return name
+
+
+@operation
+def add_artifact(
+    session: Session,
+    *,
+    source: str,
+    name: str,
+    role: Role,
+    provenance: Provenance | None = None,
+    actor: str,
+    hash_workers: int | None = None,
+) -> ArtifactAddResult:
+    """Register a directory or Hub revision; identical content returns the existing record."""
+    name = _check_name(name)
+    if role not in ROLES:
+        raise InvalidInput(f"role must be one of {', '.join(ROLES)}", field="role")
+    content = _hash_source(source, hash_workers)
+    described = _describe(content)
+
+    lock_writes(session)
+    provenance = _normalise_provenance(session, provenance or Provenance())
+    lineage = session.get(Lineage, name)
+    if lineage is not None and lineage.role != role:
+        raise Conflict(
+            f"lineage {name} holds {lineage.role} artifacts; cannot add a {role}", field="role"
+        )
+    existing = session.scalar(
+        select(Artifact).where(
+            Artifact.lineage == name, Artifact.manifest_digest == content.manifest.digest
+        )
+    )
+    if existing is not None:
+        return ArtifactAddResult(artifact=to_record(existing), created=False)
+
+    if lineage is None:
+        session.add(Lineage(name=name, role=role))
+        session.flush()
+    previous = session.scalar(
+        select(Artifact).where(Artifact.lineage == name).order_by(Artifact.version.desc()).limit(1)
+    )
+    version = 1 if previous is None else previous.version + 1
+    art = Artifact(
+        lineage=name,
+        version=version,
+        role=role,
+        source=content.source,
+        source_kind=content.source_kind,
+        hub_repo=content.hub_repo,
+        hub_revision=content.hub_revision,
+        hub_commit=content.hub_commit,
+        local_path=content.local_path,
+        manifest=content.manifest.entries,
+        manifest_digest=content.manifest.digest,
+        signing_root=content.manifest.signing_root,
+        total_size=content.manifest.total_size,
+        file_count=content.manifest.file_count,
+        tokenizer_digest=described["tokenizer_digest"],
+        vocab_digest=described["vocab_digest"],
+        vocab_size=described["vocab_size"],
+        facts=described["facts"],
+        provenance=provenance.model_dump(),
+        registered_by=actor,
+    )
+    session.add(art)
+    session.flush()
+    append_event(
+        session,
+        actor=actor,
+        action="artifact.added",
+        entity_type="artifact",
+        entity_id=art.id,
+        payload={
+            "lineage": name,
+            "version": version,
+            "role": role,
+            "source": art.source,
+            "manifest_digest": art.manifest_digest,
+        },
+    )
+    target_changed = previous is not None and role == "target"
+    if target_changed:
+        assert previous is not None
+        append_event(
+            session,
+            actor=actor,
+            action="target.changed",
+            entity_type="lineage",
+            entity_id=name,
+            payload={
+                "previous_artifact_id": previous.id,
+                "previous_manifest_digest": previous.manifest_digest,
+                "artifact_id": art.id,
+                "manifest_digest": art.manifest_digest,
+            },
+        )
+        for listener in TARGET_CHANGE_LISTENERS:
+            listener(session, previous, art, actor)
+    return ArtifactAddResult(
+        artifact=to_record(art, with_manifest=True), created=True, target_changed=target_changed
+    )
+
+
+# Governance subscribes here (re-measure candidate pairs) without this module importing it.
+TARGET_CHANGE_LISTENERS: list[Any] = []
+
+
+@operation
+def get_artifact(session: Session, *, ref: str) -> ArtifactRecord:
+    return to_record(resolve_artifact(session, ref), with_manifest=True)
+
+
+@operation
+def list_artifacts(
+    session: Session,
+    *,
+    lineage: str | None = None,
+    role: str | None = None,
+    cursor: str | None = None,
+    limit: int = 100,
+) -> Page[ArtifactRecord]:
+    stmt = select(Artifact)
+    if lineage:
+        stmt = stmt.where(Artifact.lineage == lineage)
+    if role:
+        if role not in ROLES:
+            raise InvalidInput(f"role must be one of {', '.join(ROLES)}", field="role")
+        stmt = stmt.where(Artifact.role == role)
+    rows, next_cursor = page_query(session, stmt, Artifact.id, cursor, limit)
+    return Page[ArtifactRecord](items=[to_record(a) for a in rows], next_cursor=next_cursor)
+
+
+def count_artifacts(session: Session) -> int:
+    return int(session.scalar(select(func.count()).select_from(Artifact)) or 0)
+
+
+@operation
+def verify_artifact(
+    session: Session, *, ref: str, path: str | None = None, actor: str = "system"
+) -> VerifyReport:
+    """Re-hash the artifact's files (its local path, or ``path``) against the manifest."""
+    art = resolve_artifact(session, ref)
+    where = path or art.local_path
+    if not where:
+        raise InvalidInput(
+            f"artifact {art.lineage}@v{art.version} has no local copy: pass --path", field="path"
+        )
+    directory = Path(where).expanduser()
+    if not directory.is_dir():
+        raise InvalidInput(f"path {where} is not a directory", field="path")
+    try:
+        actual = build_manifest(directory)
+    except ManifestError as exc:
+        raise InvalidInput(f"path: {exc}", field="path") from exc
+    diff = compare_manifests(art.manifest, actual)
+    report = VerifyReport(
+        artifact_id=art.id,
+        manifest_digest=art.manifest_digest,
+        path=str(directory),
+        ok=diff.ok,
+        changed=list(diff.changed),
+        missing=list(diff.missing),
+        added=list(diff.added),
+    )
+    for listener in VERIFY_LISTENERS:
+        listener(session, art, report, actor)
+    return report
+
+
+# Governance subscribes here (integrity flags) without this module importing it.
+VERIFY_LISTENERS: list[Any] = []

@@ -1,0 +1,98 @@
+"""Reading and verifying the audit log (writing happens inside each service's transaction)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from registry import audit
+from registry.errors import InvalidInput
+from registry.models import AuditEvent
+from registry.records import AuditEventRecord, ChainVerifyResult, Page
+from registry.services.base import operation, page_query
+from registry.settings import get_settings
+
+
+def to_record(event: AuditEvent) -> AuditEventRecord:
+    return AuditEventRecord(
+        seq=event.seq,
+        occurred_at=event.occurred_at,
+        actor=event.actor,
+        action=event.action,
+        entity_type=event.entity_type,
+        entity_id=event.entity_id,
+        payload=json.loads(event.payload),
+        prev_hash=event.prev_hash,
+        chain_hash=event.chain_hash,
+    )
+
+
+@operation
+def list_audit_events(
+    session: Session,
+    *,
+    entity_type: str | None = None,
+    entity_id: str | None = None,
+    actor: str | None = None,
+    action: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    cursor: str | None = None,
+    limit: int = 100,
+) -> Page[AuditEventRecord]:
+    stmt = select(AuditEvent)
+    if entity_id and not entity_type:
+        raise InvalidInput("entity_id needs entity_type", field="entity_id")
+    if entity_type:
+        stmt = stmt.where(AuditEvent.entity_type == entity_type)
+    if entity_id:
+        stmt = stmt.where(AuditEvent.entity_id == str(entity_id))
+    if actor:
+        stmt = stmt.where(AuditEvent.actor == actor)
+    if action:
+        stmt = stmt.where(AuditEvent.action == action)
+    for value, name in ((since, "since"), (until, "until")):
+        if value is not None and value.tzinfo is None:
+            raise InvalidInput(f"{name} must include a timezone (e.g. Z)", field=name)
+    if since:
+        stmt = stmt.where(AuditEvent.occurred_at >= since)
+    if until:
+        stmt = stmt.where(AuditEvent.occurred_at < until)
+    rows, next_cursor = page_query(session, stmt, AuditEvent.seq, cursor, limit)
+    return Page[AuditEventRecord](items=[to_record(e) for e in rows], next_cursor=next_cursor)
+
+
+@operation
+def verify_audit_chain(
+    session: Session, *, checkpoint: dict[str, Any] | None = None
+) -> ChainVerifyResult:
+    """Recompute the chain; with a checkpoint, also prove the log still extends it."""
+    report = audit.verify_chain(session)
+    result = ChainVerifyResult(
+        ok=report.ok,
+        count=report.count,
+        head_seq=report.head_seq,
+        head_hash=report.head_hash,
+        first_broken_seq=report.first_broken_seq,
+        reason=report.reason,
+    )
+    if checkpoint is not None:
+        ok, detail = audit.check_extends_checkpoint(session, checkpoint)
+        result.checkpoint_ok = ok
+        result.checkpoint_detail = detail
+        result.ok = result.ok and ok
+    return result
+
+
+@operation
+def create_audit_checkpoint(session: Session, *, key_path: str | None = None) -> dict[str, Any]:
+    """Sign the current head with the Ed25519 key kept outside the database."""
+    key_path = Path(key_path) if key_path else get_settings().signing_key_path
+    if not key_path.exists():
+        raise InvalidInput(f"no signing key at {key_path}: run `pairreg init`", field="key")
+    return audit.sign_checkpoint(session, key_path)

@@ -1,0 +1,104 @@
+"""API tokens: creation (secret shown once), listing, revocation and authentication."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from registry.audit import append_event, lock_writes
+from registry.errors import Conflict, InvalidInput, NotFound, Unauthorized
+from registry.models import ApiToken, utcnow
+from registry.records import Page, TokenCreated, TokenRecord
+from registry.services.base import operation, page_query
+
+ROLES = ("admin", "registrar", "promoter", "ingest", "auditor", "reader")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+TOKEN_PREFIX = "prt_"
+
+
+def hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def to_record(tok: ApiToken) -> TokenRecord:
+    return TokenRecord(
+        id=tok.id,
+        name=tok.name,
+        role=tok.role,
+        created_by=tok.created_by,
+        created_at=tok.created_at,
+        last_used_at=tok.last_used_at,
+        revoked_at=tok.revoked_at,
+    )
+
+
+@operation
+def create_token(session: Session, *, name: str, role: str, actor: str) -> TokenCreated:
+    """Mint 32 random bytes; only the SHA-256 of the secret is stored."""
+    if not _NAME.match(name or ""):
+        raise InvalidInput(
+            "name must be 1-100 letters, digits, '.', '_' or '-' and start with a letter or digit",
+            field="name",
+        )
+    if role not in ROLES:
+        raise InvalidInput(f"role must be one of {', '.join(ROLES)}", field="role")
+    lock_writes(session)
+    if session.scalar(select(ApiToken).where(ApiToken.name == name)) is not None:
+        raise Conflict(f"a token named {name} already exists", field="name")
+    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    tok = ApiToken(name=name, role=role, token_hash=hash_secret(secret), created_by=actor)
+    session.add(tok)
+    session.flush()
+    append_event(
+        session,
+        actor=actor,
+        action="token.created",
+        entity_type="token",
+        entity_id=tok.id,
+        payload={"name": name, "role": role},
+    )
+    return TokenCreated(token=to_record(tok), secret=secret)
+
+
+@operation
+def list_tokens(
+    session: Session, *, cursor: str | None = None, limit: int = 100
+) -> Page[TokenRecord]:
+    rows, next_cursor = page_query(session, select(ApiToken), ApiToken.id, cursor, limit)
+    return Page[TokenRecord](items=[to_record(t) for t in rows], next_cursor=next_cursor)
+
+
+@operation
+def revoke_token(session: Session, *, name: str, actor: str) -> TokenRecord:
+    lock_writes(session)
+    tok = session.scalar(select(ApiToken).where(ApiToken.name == name))
+    if tok is None:
+        raise NotFound(f"no token named {name}", field="name")
+    if tok.revoked_at is None:
+        tok.revoked_at = utcnow()
+        append_event(
+            session,
+            actor=actor,
+            action="token.revoked",
+            entity_type="token",
+            entity_id=tok.id,
+            payload={"name": name},
+        )
+    return to_record(tok)
+
+
+def authenticate(session: Session, secret: str) -> ApiToken:
+    """Find the live token for a presented secret, comparing hashes in constant time."""
+    presented = hash_secret(secret)
+    tok = session.scalar(select(ApiToken).where(ApiToken.token_hash == presented))
+    if tok is None or not hmac.compare_digest(tok.token_hash, presented):
+        raise Unauthorized("invalid bearer token")
+    if tok.revoked_at is not None:
+        raise Unauthorized("bearer token has been revoked")
+    tok.last_used_at = utcnow()
+    return tok

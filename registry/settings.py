@@ -1,0 +1,70 @@
+"""One settings object for the whole process.
+
+Every path the registry touches hangs off ``PAIRREG_HOME`` so that the embedded default
+(SQLite + local MLflow store) lives in one folder a user can inspect, back up or delete.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Process configuration, read from ``PAIRREG_*`` environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="PAIRREG_", extra="ignore")
+
+    home: Path = Field(default=Path("~/.pairreg"), description="Data directory.")
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL; defaults to SQLite at $PAIRREG_HOME/registry.db.",
+    )
+    url: str | None = Field(
+        default=None, description="Server URL; when set the CLI works in remote mode."
+    )
+    token: str | None = Field(default=None, description="Bearer token for remote mode.")
+    mlflow_tracking_uri: str | None = Field(
+        default=None,
+        description="MLflow tracking URI; MLFLOW_TRACKING_URI or a local store by default.",
+    )
+    hash_workers: int | None = Field(default=None, description="Threads for file hashing.")
+
+    @property
+    def home_dir(self) -> Path:
+        return self.home.expanduser()
+
+    @property
+    def db_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.home_dir / 'registry.db'}"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.home_dir / "cache"
+
+    @property
+    def credentials_path(self) -> Path:
+        return self.home_dir / "credentials"
+
+    @property
+    def signing_key_path(self) -> Path:
+        return self.home_dir / "audit-signing.key"
+
+    @property
+    def public_key_path(self) -> Path:
+        return self.home_dir / "audit-signing.pub"
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()
+
+
+def reset_settings() -> None:
+    """Forget cached settings (tests change the environment between cases)."""
+    get_settings.cache_clear()
