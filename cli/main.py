@@ -21,6 +21,7 @@ app = typer.Typer(
 # (module, attribute, name, help); modules hold one Typer sub-app or a register(app) hook.
 SUBAPPS: list[tuple[str, str, str | None, str]] = [
     ("cli.admin", "register", None, ""),
+    ("cli.serve", "register", None, ""),
     ("cli.artifacts", "app", "artifact", "Register, show and verify artifacts."),
     ("cli.pairs", "app", "pair", "Register and inspect pairs."),
     ("cli.audit", "app", "audit", "Audit log: events, verification, checkpoints."),

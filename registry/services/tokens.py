@@ -100,5 +100,8 @@ def authenticate(session: Session, secret: str) -> ApiToken:
         raise Unauthorized("invalid bearer token")
     if tok.revoked_at is not None:
         raise Unauthorized("bearer token has been revoked")
-    tok.last_used_at = utcnow()
+    now = utcnow()
+    # Throttled so that read traffic does not turn every request into a write.
+    if tok.last_used_at is None or (now - tok.last_used_at).total_seconds() > 60:
+        tok.last_used_at = now
     return tok

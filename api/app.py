@@ -1,0 +1,49 @@
+"""The FastAPI application factory."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from fastapi import FastAPI
+
+from api.problems import install_problem_handlers, problem_openapi
+from api.routes import ROUTERS
+from registry.settings import Settings, get_settings
+
+API_VERSION = "0.1.0"
+
+
+def create_app(settings: Settings | None = None, **state: Any) -> FastAPI:
+    settings = settings or get_settings()
+    app = FastAPI(
+        title="pairreg",
+        version=API_VERSION,
+        description=(
+            "Registry and governance for speculative-decoding pairs. Errors are "
+            "application/problem+json (RFC 9457); lists are cursor-paginated."
+        ),
+    )
+    app.state.settings = settings
+    app.state.db_url = settings.db_url
+    for key, value in state.items():
+        setattr(app.state, key, value)
+    install_problem_handlers(app)
+    for module_name in ROUTERS:
+        app.include_router(importlib.import_module(module_name).router)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            schema = get_openapi(
+                title=app.title,
+                version=app.version,
+                description=app.description,
+                routes=app.routes,
+            )
+            app.openapi_schema = problem_openapi(schema)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,54 @@
+"""Bearer-token authentication and role checks, as FastAPI dependencies."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from registry.db import session_scope
+from registry.errors import Forbidden, Unauthorized
+from registry.services.tokens import authenticate
+
+ADMIN = frozenset({"admin"})
+READ_REGISTRY = frozenset({"admin", "registrar", "promoter", "auditor", "reader"})
+WRITE_REGISTRY = frozenset({"admin", "registrar"})
+GOVERN = frozenset({"admin", "promoter"})
+INGEST = frozenset({"admin", "ingest"})
+READ_AUDIT = frozenset({"admin", "auditor"})
+VERIFY_ARTIFACT = frozenset({"admin", "registrar", "auditor"})
+
+_bearer = HTTPBearer(auto_error=False, description="A pairreg API token (prt_…).")
+
+
+@dataclass(frozen=True)
+class Principal:
+    name: str
+    role: str
+
+    @property
+    def actor(self) -> str:
+        return f"token:{self.name}"
+
+
+def require(roles: frozenset[str]) -> Callable[..., Principal]:
+    """A dependency that authenticates the caller and admits only ``roles``."""
+
+    def dependency(
+        request: Request,
+        credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),
+    ) -> Principal:
+        if credentials is None or credentials.scheme.lower() != "bearer":
+            raise Unauthorized("missing bearer token (Authorization: Bearer <token>)")
+        with session_scope(request.app.state.db_url) as session:
+            tok = authenticate(session, credentials.credentials)
+            principal = Principal(tok.name, tok.role)
+        if principal.role not in roles:
+            raise Forbidden(
+                f"role {principal.role} may not do this; allowed: {', '.join(sorted(roles))}"
+            )
+        return principal
+
+    return dependency

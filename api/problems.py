@@ -1,0 +1,134 @@
+"""RFC 9457 problem details: every error a client can cause, in one documented shape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from registry.errors import PairregError
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+
+class Problem(BaseModel):
+    """``application/problem+json`` body; ``field`` names the offending input when known."""
+
+    type: str = Field(default="about:blank", examples=["https://pairreg.dev/problems/not_found"])
+    title: str
+    status: int
+    detail: str
+    kind: str = Field(description="invalid, not_found, conflict, unauthorized, forbidden, …")
+    field: str | None = None
+    errors: list[dict[str, Any]] | None = None
+
+
+def problem_response(
+    status: int,
+    title: str,
+    detail: str,
+    kind: str,
+    field: str | None = None,
+    errors: list[dict[str, Any]] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body = Problem(
+        type=f"https://pairreg.dev/problems/{kind}",
+        title=title,
+        status=status,
+        detail=detail,
+        kind=kind,
+        field=field,
+        errors=errors,
+    )
+    return JSONResponse(
+        body.model_dump(exclude_none=True),
+        status_code=status,
+        media_type=PROBLEM_MEDIA_TYPE,
+        headers=headers,
+    )
+
+
+def _field_of(loc: tuple[Any, ...] | list[Any]) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) or (str(loc[-1]) if loc else "request")
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    @app.exception_handler(PairregError)
+    async def _pairreg(_: Request, exc: PairregError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return problem_response(
+            exc.status, exc.title, exc.message, exc.kind, exc.field, headers=headers
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [
+            {"field": _field_of(e.get("loc", ())), "message": e.get("msg", "invalid")}
+            for e in exc.errors()
+        ]
+        first = errors[0] if errors else {"field": "request", "message": "invalid"}
+        return problem_response(
+            422,
+            "Invalid input",
+            f"{first['field']}: {first['message']}",
+            "invalid",
+            first["field"],
+            errors,
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = {
+            404: "not_found",
+            405: "method_not_allowed",
+            401: "unauthorized",
+            403: "forbidden",
+        }.get(exc.status_code, "http_error")
+        return problem_response(
+            exc.status_code,
+            str(exc.detail),
+            str(exc.detail),
+            kind,
+            headers=getattr(exc, "headers", None),
+        )
+
+
+ERROR_CODES = ["401", "403", "404", "409", "422"]
+ERROR_DESCRIPTIONS = {
+    "401": "Missing, unknown or revoked bearer token",
+    "403": "The token's role may not do this",
+    "404": "Unknown reference",
+    "409": "Conflicts with what is recorded",
+    "422": "Invalid input; `field` names it",
+    "503": "Database unreachable or schema out of date",
+}
+
+
+def problem_openapi(schema: dict[str, Any]) -> dict[str, Any]:
+    """Declare every error response as problem+json so the schema matches what is sent."""
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    components["Problem"] = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
+    ref = {"$ref": "#/components/schemas/Problem"}
+    for path, path_item in schema.get("paths", {}).items():
+        for op in path_item.values():
+            if not isinstance(op, dict) or "responses" not in op:
+                continue
+            responses = op["responses"]
+            codes = ERROR_CODES if path.startswith("/v1/") else []
+            if path == "/readyz":
+                codes = ["503"]
+            for code in codes:
+                responses[code] = {
+                    "description": responses.get(code, {}).get("description")
+                    or ERROR_DESCRIPTIONS[code],
+                    "content": {PROBLEM_MEDIA_TYPE: {"schema": ref}},
+                }
+    components.pop("HTTPValidationError", None)
+    components.pop("ValidationError", None)
+    return schema

@@ -1,0 +1,9 @@
+"""Routers by area; ``api.app`` mounts every module listed in ``ROUTERS``."""
+
+ROUTERS = [
+    "api.routes.health",
+    "api.routes.artifacts",
+    "api.routes.pairs",
+    "api.routes.audit",
+    "api.routes.tokens",
+]
