@@ -488,7 +488,8 @@ def _resolve_offline(ref: HubRef, cache: Path, workers: int | None) -> ResolvedH
         raise HubIntegrityError(f"{ref.repo_id}@{commit}: {exc}", paths=[exc.path or ""]) from exc
     tree = _read_tree_cache(storage, commit)
     if tree is not None:
-        missing = sorted(p for p in tree if not _skipped(p) and p not in set(paths))
+        present = set(paths)
+        missing = sorted(p for p in tree if not _skipped(p) and p not in present)
         if missing:
             raise NotInCache(
                 f"offline mode: the cached snapshot of {ref.repo_id}@{commit} is incomplete; "
