@@ -27,6 +27,8 @@ SUBAPPS: list[tuple[str, str, str | None, str]] = [
     ("cli.audit", "app", "audit", "Audit log: events, verification, checkpoints."),
     ("cli.tokens", "app", "token", "API tokens (admin)."),
     ("cli.tiny", "app", "tiny", "Build the tiny reference pairs."),
+    ("cli.governance", "register", None, ""),
+    ("cli.requests", "register", None, ""),
 ]
 
 

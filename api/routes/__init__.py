@@ -1,4 +1,4 @@
-"""Routers by area; ``api.app`` mounts every module listed in ``ROUTERS``."""
+"""Routers by area; ``api.app`` mounts every module listed in ``ROUTERS`` that exists."""
 
 ROUTERS = [
     "api.routes.health",
@@ -6,4 +6,6 @@ ROUTERS = [
     "api.routes.pairs",
     "api.routes.audit",
     "api.routes.tokens",
+    "api.routes.governance",
+    "api.routes.requests",
 ]
