@@ -3,5 +3,30 @@
 from registry.models.artifacts import Artifact, Lineage, Pair
 from registry.models.audit import ApiToken, AuditEvent
 from registry.models.base import Base, UTCDateTime, utcnow
+from registry.models.governance import (
+    Deployment,
+    DeploymentEvent,
+    DriftFlag,
+    Job,
+    Measurement,
+    Policy,
+    Validation,
+)
 
-__all__ = ["ApiToken", "Artifact", "AuditEvent", "Base", "Lineage", "Pair", "UTCDateTime", "utcnow"]
+__all__ = [
+    "ApiToken",
+    "Artifact",
+    "AuditEvent",
+    "Base",
+    "Deployment",
+    "DeploymentEvent",
+    "DriftFlag",
+    "Job",
+    "Lineage",
+    "Measurement",
+    "Pair",
+    "Policy",
+    "UTCDateTime",
+    "Validation",
+    "utcnow",
+]
