@@ -1,0 +1,47 @@
+# The two commands a newcomer needs: `make run` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PORT ?= 8000
+HOST ?= 127.0.0.1
+PYTEST_ARGS ?=
+
+.PHONY: run test venv lint bench-hash bench-runner bench-ingest demo clean
+
+$(BIN)/activate:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+# torch is installed first and pinned: an unpinned torch would pull a multi-GB CUDA build.
+$(VENV)/.installed: $(BIN)/activate pyproject.toml
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e ".[test]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+## Set up, initialise the embedded registry (SQLite + local MLflow store), seed the demo, serve.
+run: venv
+	$(BIN)/pairreg init
+	$(BIN)/pairreg serve --host $(HOST) --port $(PORT)
+
+## Set up and run the whole test suite (ruff, then pytest).
+test: venv
+	$(BIN)/ruff check .
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench-hash: venv
+	$(BIN)/python bench/hash_bench.py
+
+bench-runner: venv
+	$(BIN)/python bench/runner_bench.py
+
+bench-ingest: venv
+	$(BIN)/python bench/ingest_bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache
