@@ -2,6 +2,7 @@
 
 ROUTERS = [
     "api.routes.health",
+    "api.routes.dashboard",
     "api.routes.artifacts",
     "api.routes.pairs",
     "api.routes.audit",
