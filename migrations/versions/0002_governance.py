@@ -61,7 +61,6 @@ def upgrade() -> None:
         sa.Column("created_by", sa.String(length=200), nullable=False),
         sa.Column("created_at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_policies")),
-        sa.UniqueConstraint("name", "digest", name=op.f("uq_policies_name_digest")),
         sa.UniqueConstraint("name", "version", name=op.f("uq_policies_name_version")),
     )
     with op.batch_alter_table("policies", schema=None) as batch_op:
@@ -114,6 +113,7 @@ def upgrade() -> None:
             ["pair_id"], ["pairs.id"], name=op.f("fk_measurements_pair_id_pairs")
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_measurements")),
+        sa.UniqueConstraint("job_id", name=op.f("uq_measurements_job_id")),
     )
     with op.batch_alter_table("measurements", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_measurements_pair_id"), ["pair_id"], unique=False)

@@ -34,7 +34,7 @@ class Policy(Base):
     """One version of a named policy; a name's newest version is the one in force."""
 
     __tablename__ = "policies"
-    __table_args__ = (UniqueConstraint("name", "version"), UniqueConstraint("name", "digest"))
+    __table_args__ = (UniqueConstraint("name", "version"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(100), index=True)
@@ -72,7 +72,7 @@ class Measurement(Base):
     prompts: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     extra: Mapped[dict[str, Any]] = mapped_column(JSON)
     mlflow_run_id: Mapped[str | None] = mapped_column(String(64))
-    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"))
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"), unique=True)
     created_by: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 

@@ -1,0 +1,201 @@
+"""Policies: a TOML text, checked and filled with defaults into one canonical dict.
+
+The digest is taken over the parsed, defaulted dict (not the text), so reformatting or a
+comment does not change a policy's identity, while any changed number does. Measurement
+settings for a pair are derived here too, so the same policy and pair always ask the runner
+for the same measurement and a stored one can be reused.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from copy import deepcopy
+from pathlib import Path
+from typing import Any
+
+from registry.canonical import digest_of
+from registry.errors import InvalidInput
+from registry.records import PROVENANCE_FIELDS
+
+DEFAULT_POLICY_PATH = Path(__file__).resolve().parent / "policies" / "default.toml"
+
+DEFAULTS: dict[str, Any] = {
+    "description": "",
+    "suite": {
+        "name": "default",
+        "categories": [],
+        "prompts_per_category": 0,
+        "max_new_tokens": 64,
+        "temperature": 0.0,
+        "seed": 0,
+    },
+    "alpha": {
+        "min_overall": 0.0,
+        "min_per_category": 0.0,
+        "max_drop": 1.0,
+        "category_min": {},
+    },
+    "lossy": {
+        "allowed": False,
+        "adversarial_categories": ["adversarial"],
+        "first_tokens": 32,
+        "max_divergence_rate": 0.0,
+    },
+    "provenance": {"required": []},
+    "drafter": {"declared_target_must_match": True},
+    "drift": {"margin": 0.05, "significance": 0.05, "bootstrap": 2000},
+}
+
+_NUMBER_RANGES: dict[tuple[str, str], tuple[float, float]] = {
+    ("suite", "temperature"): (0.0, 10.0),
+    ("alpha", "min_overall"): (0.0, 1.0),
+    ("alpha", "min_per_category"): (0.0, 1.0),
+    ("alpha", "max_drop"): (0.0, 1.0),
+    ("lossy", "max_divergence_rate"): (0.0, 1.0),
+    ("drift", "margin"): (0.0, 1.0),
+    ("drift", "significance"): (1e-6, 0.5),
+}
+_INT_RANGES: dict[tuple[str, str], tuple[int, int]] = {
+    ("suite", "prompts_per_category"): (0, 100_000),
+    ("suite", "max_new_tokens"): (1, 100_000),
+    ("suite", "seed"): (0, 2**31 - 1),
+    ("lossy", "first_tokens"): (1, 100_000),
+    ("drift", "bootstrap"): (100, 100_000),
+}
+
+
+def _check_name(name: Any) -> str:
+    if not isinstance(name, str) or not name.strip() or len(name) > 100 or " " in name:
+        raise InvalidInput("policy name must be 1-100 characters without spaces", field="name")
+    return name.strip()
+
+
+def parse_policy(text: str, *, name: str | None = None) -> dict[str, Any]:
+    """Parse and check a policy TOML; unknown keys are refused so typos cannot pass silently."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidInput(f"policy is not valid TOML: {exc}", field="policy") from exc
+    policy = deepcopy(DEFAULTS)
+    top_name = raw.pop("name", None)
+    policy["name"] = _check_name(name if name is not None else top_name)
+    if "description" in raw:
+        policy["description"] = str(raw.pop("description"))
+    for section, values in raw.items():
+        if section not in DEFAULTS or not isinstance(DEFAULTS[section], dict):
+            raise InvalidInput(
+                f"unknown policy section [{section}]; known: "
+                + ", ".join(k for k, v in DEFAULTS.items() if isinstance(v, dict)),
+                field=section,
+            )
+        if not isinstance(values, dict):
+            raise InvalidInput(f"[{section}] must be a table", field=section)
+        for key, value in values.items():
+            if key not in DEFAULTS[section]:
+                raise InvalidInput(
+                    f"unknown key {key!r} in [{section}]; known: "
+                    + ", ".join(DEFAULTS[section]),
+                    field=f"{section}.{key}",
+                )
+            policy[section][key] = value
+    _check(policy)
+    return policy
+
+
+def _check(policy: dict[str, Any]) -> None:
+    for (section, key), (lo, hi) in _NUMBER_RANGES.items():
+        value = policy[section][key]
+        if not isinstance(value, int | float) or isinstance(value, bool) or not lo <= value <= hi:
+            raise InvalidInput(f"{section}.{key} must be a number from {lo} to {hi}",
+                               field=f"{section}.{key}")
+        policy[section][key] = float(value)
+    for (section, key), (lo, hi) in _INT_RANGES.items():
+        value = policy[section][key]
+        if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+            raise InvalidInput(f"{section}.{key} must be an integer from {lo} to {hi}",
+                               field=f"{section}.{key}")
+    suite = policy["suite"]
+    if not isinstance(suite["name"], str) or not suite["name"]:
+        raise InvalidInput("suite.name must name a suite", field="suite.name")
+    for section, key in (("suite", "categories"), ("lossy", "adversarial_categories"),
+                         ("provenance", "required")):
+        value = policy[section][key]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise InvalidInput(f"{section}.{key} must be a list of strings",
+                               field=f"{section}.{key}")
+    unknown = sorted(set(policy["provenance"]["required"]) - set(PROVENANCE_FIELDS))
+    if unknown:
+        raise InvalidInput(
+            f"provenance.required names unknown field {unknown[0]!r}; known: "
+            + ", ".join(PROVENANCE_FIELDS),
+            field="provenance.required",
+        )
+    floors = policy["alpha"]["category_min"]
+    if not isinstance(floors, dict):
+        raise InvalidInput("[alpha.category_min] must be a table", field="alpha.category_min")
+    for cat, value in floors.items():
+        if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:
+            raise InvalidInput(f"alpha.category_min.{cat} must be a number from 0 to 1",
+                               field=f"alpha.category_min.{cat}")
+        floors[cat] = float(value)
+    for key in ("allowed",):
+        if not isinstance(policy["lossy"][key], bool):
+            raise InvalidInput(f"lossy.{key} must be true or false", field=f"lossy.{key}")
+    if not isinstance(policy["drafter"]["declared_target_must_match"], bool):
+        raise InvalidInput("drafter.declared_target_must_match must be true or false",
+                           field="drafter.declared_target_must_match")
+
+
+def policy_digest(parsed: dict[str, Any]) -> str:
+    return digest_of(parsed)
+
+
+def default_policy_text() -> str:
+    return DEFAULT_POLICY_PATH.read_text(encoding="utf-8")
+
+
+def category_floor(policy: dict[str, Any], category: str) -> float:
+    return float(policy["alpha"]["category_min"].get(category, policy["alpha"]["min_per_category"]))
+
+
+# Pair-config keys the runner understands, and the runner's names for them.
+_CONFIG_TO_SETTINGS = {
+    "dtype": "dtype",
+    "acceptance": "acceptance",
+    "typical_epsilon": "typical_epsilon",
+    "typical_delta": "typical_delta",
+    "strict_prefix_tokens": "strict_prefix_tokens",
+    "prompt_lookup_max": "max_ngram",
+    "prompt_lookup_min": "min_ngram",
+}
+
+
+def measurement_settings(
+    pair_config: dict[str, Any],
+    suite: dict[str, Any],
+    *,
+    overrides: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The runner settings a pair is measured with under a policy's suite section.
+
+    The device is left out on purpose: it is where a measurement ran, not what it asked
+    for, so a CPU and a GPU worker can serve the same measurement request.
+    """
+    settings: dict[str, Any] = {
+        "method": pair_config["method"],
+        "k": int(pair_config["num_speculative_tokens"]),
+        "temperature": float(suite.get("temperature", 0.0)),
+        "max_new_tokens": int(suite.get("max_new_tokens", 64)),
+        "seed": int(suite.get("seed", 0)),
+    }
+    for src, dst in _CONFIG_TO_SETTINGS.items():
+        if src in pair_config:
+            settings[dst] = pair_config[src]
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            settings[key] = value
+    return dict(sorted(settings.items()))
+
+
+def settings_digest(settings: dict[str, Any]) -> str:
+    return digest_of({k: v for k, v in settings.items() if k not in ("device", "num_threads")})
