@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from registry import hub, model_facts
 from registry.audit import append_event, lock_writes
-from registry.errors import Conflict, InvalidInput, NotFound
+from registry.errors import Conflict, InvalidInput, NotFound, PairregError
 from registry.manifest import Manifest, ManifestError, build_manifest, compare_manifests
 from registry.models import Artifact, Lineage
 from registry.records import (
@@ -30,6 +30,7 @@ from registry.records import (
 )
 from registry.refs import resolve_artifact
 from registry.services.base import operation, page_query
+from registry.settings import get_settings
 from registry.tokenizer_digest import TokenizerDigestError, tokenizer_files_digest, vocab_digest
 
 ROLES = ("target", "draft", "heads")
@@ -53,7 +54,7 @@ class _Content:
 def _hash_source(source: str, workers: int | None) -> _Content:
     if source.startswith("hf://"):
         try:
-            resolved = hub.resolve(source)
+            resolved = hub.resolve(source, workers=workers)
         except hub.HubError as exc:
             raise _hub_error(exc) from exc
         manifest = Manifest.from_entries(resolved.entries)
@@ -68,6 +69,7 @@ def _hash_source(source: str, workers: int | None) -> _Content:
             hub_revision=resolved.requested_revision,
             hub_commit=resolved.commit,
             content_dir=snapshot,
+            extra={"offline": resolved.offline, "complete": resolved.complete_snapshot},
         )
     if "://" in source or source.startswith("models:/"):
         raise InvalidInput(
@@ -89,11 +91,31 @@ def _hash_source(source: str, workers: int | None) -> _Content:
     return _Content(resolved_path, "local", manifest, resolved_path, content_dir=path.resolve())
 
 
-def _hub_error(exc: Exception) -> Exception:
-    kind = type(exc).__name__
-    if "NotFound" in kind:
-        return NotFound(f"source: {exc}", field="source")
-    return InvalidInput(f"source: {exc}", field="source")
+class HubUnavailable(PairregError):
+    """The Hub could not be asked (network, DNS, server error): not the caller's input."""
+
+    kind = "hub_unavailable"
+    status = 502
+    title = "Hub unreachable"
+
+
+def _hub_error(exc: hub.HubError) -> PairregError:
+    """Map each Hub failure to the error an API client can act on.
+
+    Unknown repository, revision or file → 404; offline without the revision cached → 404
+    (it is not available here); local bytes disagreeing with the Hub → 409 naming the paths;
+    the Hub unreachable → 502; a malformed ``hf://`` reference or anything else → 422.
+    """
+    message = f"source: {exc}"
+    if isinstance(exc, hub.RepoNotFound | hub.RevisionNotFound | hub.EntryNotFound):
+        return NotFound(message, field="source")
+    if isinstance(exc, hub.NotInCache):
+        return NotFound(message, field="source")
+    if isinstance(exc, hub.HubIntegrityError):
+        return Conflict(message, field="source", details={"paths": exc.paths})
+    if isinstance(exc, hub.HubUnreachable):
+        return HubUnavailable(message, field="source")
+    return InvalidInput(message, field="source")
 
 
 def _describe(content: _Content) -> dict[str, Any]:
@@ -109,7 +131,7 @@ def _describe(content: _Content) -> dict[str, Any]:
     try:
         out["tokenizer_digest"] = tokenizer_files_digest(content.content_dir)
         vocab = vocab_digest(content.content_dir)
-    except TokenizerDigestError as exc:
+    except (TokenizerDigestError, ManifestError) as exc:
         raise InvalidInput(f"source: {exc}", field="source") from exc
     if vocab is not None:
         out["vocab_digest"] = vocab.digest
@@ -191,6 +213,8 @@ def add_artifact(
     name = _check_name(name)
     if role not in ROLES:
         raise InvalidInput(f"role must be one of {', '.join(ROLES)}", field="role")
+    if hash_workers is None:
+        hash_workers = get_settings().hash_workers
     content = _hash_source(source, hash_workers)
     described = _describe(content)
 
@@ -200,6 +224,10 @@ def add_artifact(
     if lineage is not None and lineage.role != role:
         raise Conflict(
             f"lineage {name} holds {lineage.role} artifacts; cannot add a {role}", field="role"
+        )
+    if content.extra.get("offline") and not content.extra.get("complete"):
+        return ArtifactAddResult(
+            artifact=to_record(_offline_partial(session, name, content)), created=False
         )
     existing = session.scalar(
         select(Artifact).where(
@@ -281,6 +309,44 @@ def add_artifact(
 TARGET_CHANGE_LISTENERS: list[Any] = []
 
 
+def _offline_partial(session: Session, name: str, content: _Content) -> Artifact:
+    """Offline, from a cache that may lack some files (weights never downloaded).
+
+    Hashing only what is cached would record a *different*, incomplete manifest and so a
+    spurious new version. The commit pins the content, so the record registered online for
+    the same commit stands in, after checking every cached file against it; without one the
+    source cannot be registered offline.
+    """
+    art = session.scalar(
+        select(Artifact).where(
+            Artifact.lineage == name,
+            Artifact.hub_repo == content.hub_repo,
+            Artifact.hub_commit == content.hub_commit,
+        )
+    )
+    if art is None:
+        raise NotFound(
+            f"source: offline, and the cached snapshot of {content.hub_repo}@{content.hub_commit} "
+            "may be incomplete (no tree listing): download it in full (`hf download "
+            f"{content.hub_repo} --revision {content.hub_commit}`) or register it online first",
+            field="source",
+        )
+    recorded = {e["path"]: e for e in art.manifest}
+    bad = sorted(
+        e["path"]
+        for e in content.manifest.entries
+        if (recorded.get(e["path"]) or {}).get("sha256") != e["sha256"]
+    )
+    if bad:
+        raise Conflict(
+            f"source: cached files of {content.hub_repo}@{content.hub_commit} differ from "
+            f"{art.lineage}@v{art.version}'s manifest: {', '.join(bad)}",
+            field="source",
+            details={"paths": bad},
+        )
+    return art
+
+
 @operation
 def get_artifact(session: Session, *, ref: str) -> ArtifactRecord:
     return to_record(resolve_artifact(session, ref), with_manifest=True)
@@ -325,7 +391,9 @@ def verify_artifact(
     if not directory.is_dir():
         raise InvalidInput(f"path {where} is not a directory", field="path")
     try:
-        actual = build_manifest(directory)
+        actual = build_manifest(
+            directory, get_settings().hash_workers, symlink_root=_symlink_root(directory)
+        )
     except ManifestError as exc:
         raise InvalidInput(f"path: {exc}", field="path") from exc
     diff = compare_manifests(art.manifest, actual)
@@ -341,6 +409,20 @@ def verify_artifact(
     for listener in VERIFY_LISTENERS:
         listener(session, art, report, actor)
     return report
+
+
+def _symlink_root(directory: Path) -> Path:
+    """Where a directory's symlinks may point: a Hub cache snapshot
+    (``models--org--name/snapshots/<commit>``) links every file into the repository's
+    ``blobs/``, so its repository folder; any other directory, itself."""
+    resolved = directory.resolve()
+    if (
+        resolved.parent.name == "snapshots"
+        and resolved.parent.parent.name.startswith("models--")
+        and hub.COMMIT_RE.match(resolved.name)
+    ):
+        return resolved.parent.parent
+    return resolved
 
 
 # Governance subscribes here (integrity flags) without this module importing it.
