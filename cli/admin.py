@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from cli.render import console, print_json
@@ -16,7 +18,7 @@ def init(json_out: bool = typer.Option(False, "--json", help="Machine-readable o
     """Create the home, upgrade the schema, make the signing key and first admin token."""
     report = initialise(get_settings())
     if json_out:
-        print_json({k: str(v) if v is not None else None for k, v in vars(report).items()})
+        print_json({k: str(v) if isinstance(v, Path) else v for k, v in vars(report).items()})
         return
     console.print(f"home:        {report.home}")
     console.print(f"database:    {report.database_url}")
@@ -30,22 +32,35 @@ def init(json_out: bool = typer.Option(False, "--json", help="Machine-readable o
     console.print(f"audit key:   public key at {report.public_key_path}")
 
 
+JSON = typer.Option(False, "--json", help="Machine-readable output.")
+
+
 @db_app.command("upgrade")
-def db_upgrade(revision: str = typer.Argument("head", help="Target revision.")) -> None:
+def db_upgrade(
+    revision: str = typer.Argument("head", help="Target revision."), json_out: bool = JSON
+) -> None:
     """Migrate the database schema to the code's head revision."""
     url = get_settings().db_url
     before = db.current_revision(url)
     db.upgrade(url, revision)
-    console.print(f"schema: {before or 'empty'} -> {db.current_revision(url)}")
+    after = db.current_revision(url)
+    if json_out:
+        print_json({"database_url": url, "before": before, "after": after})
+        return
+    console.print(f"schema: {before or 'empty'} -> {after}")
 
 
 @db_app.command("current")
-def db_current() -> None:
+def db_current(json_out: bool = JSON) -> None:
     """Show the database's schema revision and the code's head."""
     url = get_settings().db_url
-    console.print(
-        f"database: {db.current_revision(url) or 'empty'}; code head: {db.head_revision()}"
-    )
+    current, head = db.current_revision(url), db.head_revision()
+    if json_out:
+        print_json(
+            {"database_url": url, "current": current, "head": head, "up_to_date": current == head}
+        )
+        return
+    console.print(f"database: {current or 'empty'}; code head: {head}")
 
 
 def register(app: typer.Typer) -> None:
