@@ -53,14 +53,24 @@ METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
 DTYPES = ("float32", "float16", "bfloat16")
 
 
+TEXT_KEYS = frozenset({"acceptance", "dtype", "engine", "engine_version"})
+"""Keys whose values are text: ``engine_version=1.10`` must not become the number 1.1."""
+
+
 def parse_set_options(items: list[str] | None) -> dict[str, Any]:
-    """``key=value`` strings to a dict; values are JSON when they parse, text otherwise."""
+    """``key=value`` strings to a dict; values are JSON when they parse, text otherwise
+    (always text for :data:`TEXT_KEYS`)."""
     out: dict[str, Any] = {}
     for item in items or []:
         if "=" not in item:
             raise InvalidInput(f"--set {item!r}: expected key=value", field="set")
         key, raw = item.split("=", 1)
         key = key.strip()
+        if key in out:
+            raise InvalidInput(f"--set {key} given twice", field=key)
+        if key in TEXT_KEYS:
+            out[key] = raw
+            continue
         try:
             value = json.loads(raw)
         except json.JSONDecodeError:
