@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from api.route_index import allowed_methods
 from registry.errors import PairregError
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
@@ -83,7 +84,13 @@ def install_problem_handlers(app: FastAPI) -> None:
         )
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 405:
+            # Starlette names only the first matching route's methods; list them all.
+            allow = allowed_methods(request.app, request.url.path)
+            if allow:
+                headers["Allow"] = ", ".join(allow)
         kind = {
             404: "not_found",
             405: "method_not_allowed",
@@ -95,7 +102,7 @@ def install_problem_handlers(app: FastAPI) -> None:
             str(exc.detail),
             str(exc.detail),
             kind,
-            headers=getattr(exc, "headers", None),
+            headers=headers or None,
         )
 
 
