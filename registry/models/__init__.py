@@ -12,6 +12,7 @@ from registry.models.governance import (
     Policy,
     Validation,
 )
+from registry.models.requests import RequestBatch, RequestId, RequestTag, TelemetrySample
 
 __all__ = [
     "ApiToken",
@@ -26,6 +27,10 @@ __all__ = [
     "Measurement",
     "Pair",
     "Policy",
+    "RequestBatch",
+    "RequestId",
+    "RequestTag",
+    "TelemetrySample",
     "UTCDateTime",
     "Validation",
     "utcnow",

@@ -1,0 +1,144 @@
+"""Records for request tags, ingest results, audit answers, telemetry and serving exports."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+MAX_BATCH = 10_000
+
+
+class SpecCounters(BaseModel):
+    """vLLM's per-request ``metrics.speculative_decoding`` counters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    num_spec_steps: int = Field(ge=0)
+    num_draft_tokens: int = Field(ge=0)
+    num_accepted_draft_tokens: int = Field(ge=0)
+    acceptance_histogram: list[int] | None = Field(
+        default=None, description="Steps that accepted 0, 1, …, k draft tokens."
+    )
+
+
+class TagIn(BaseModel):
+    """One served request as a client reports it."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "example": {
+                "request_id": "req-7f3a",
+                "deployment": "chat-prod",
+                "pair_digest": None,
+                "served_at": "2026-11-29T14:00:00.123456Z",
+                "input_tokens": 42,
+                "output_tokens": 128,
+                "spec": {
+                    "num_spec_steps": 40,
+                    "num_draft_tokens": 160,
+                    "num_accepted_draft_tokens": 88,
+                    "acceptance_histogram": [5, 8, 10, 9, 8],
+                },
+            }
+        },
+    )
+
+    request_id: str = Field(min_length=1, max_length=200)
+    deployment: str = Field(min_length=1, max_length=100)
+    pair_digest: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="Omit to let the service fill in the pair live on the deployment then.",
+    )
+    served_at: datetime = Field(description="ISO-8601 with a timezone.")
+    input_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
+    spec: SpecCounters | None = None
+
+    @field_validator("served_at")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            raise ValueError("served_at must include a timezone (e.g. Z)")
+        return value
+
+
+class IngestResult(BaseModel):
+    received: int
+    stored: int = Field(description="New tags written by this call.")
+    duplicates: int = Field(description="Tags already recorded identically (no-ops).")
+    inconsistent: int = Field(description="Stored tags whose pair was not live then.")
+    inconsistent_ids: list[str] = Field(default_factory=list, description="Up to 100 of them.")
+    batch_id: int | None = Field(default=None, description="None when nothing new was stored.")
+    audit_seq: int | None = None
+    merkle_root: str | None = None
+
+
+class RequestTagRecord(BaseModel):
+    request_id: str
+    deployment: str
+    pair_digest: str
+    served_at: datetime
+    input_tokens: int
+    output_tokens: int
+    spec: dict[str, Any] | None = None
+    pair_filled: bool = Field(description="True when the service filled in the pair digest.")
+    consistent: bool = Field(description="False when that pair was not live on the deployment.")
+    tag_digest: str
+    batch_id: int
+
+
+class RequestCounts(BaseModel):
+    total: int
+    inconsistent: int
+    input_tokens: int
+    output_tokens: int
+
+
+class RequestPage(BaseModel):
+    items: list[RequestTagRecord]
+    next_cursor: str | None = None
+    counts: RequestCounts
+
+
+class RequestAudit(BaseModel):
+    """Everything recorded about one request, for ``GET /v1/requests/{id}``."""
+
+    tag: RequestTagRecord
+    pair: dict[str, Any] = Field(description="The pair with both artifacts and manifests.")
+    deployment: dict[str, Any]
+    deployment_event: dict[str, Any] | None = Field(
+        description="The move that made the tag's pair live (none for an inconsistent tag)."
+    )
+    live_pair_digest: str | None = Field(description="What was live on the deployment then.")
+    validation: dict[str, Any] | None = None
+    open_flags: list[dict[str, Any]] = Field(default_factory=list)
+    batch: dict[str, Any]
+
+
+class TelemetryResult(BaseModel):
+    deployment: str
+    pair_digest: str | None
+    sample_id: int
+    reset: bool = Field(description="A counter went down: the engine restarted.")
+    deltas: dict[str, Any]
+    window_drafted: int = Field(description="Draft tokens since the pair went live.")
+    window_accepted: int
+    online_acceptance: float | None = Field(description="accepted / drafted over the window.")
+    baseline_acceptance: float | None = Field(description="From the validating measurement.")
+    margin: float
+    min_drafted: int
+    flagged: bool
+    flag_id: int | None = None
+
+
+class ExportResult(BaseModel):
+    engine: str
+    deployment: str
+    pair_digest: str
+    args: list[str]
+    command: str
+    speculative_config: dict[str, Any] | None = None
