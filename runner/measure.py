@@ -1,0 +1,197 @@
+"""``measure_pair``: run a pair over prompts and return raw counters plus statistics."""
+
+from __future__ import annotations
+
+import os
+import platform
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from runner.drafters import DraftModelDrafter, MedusaDrafter, PromptLookupDrafter
+from runner.engine import DecodeOptions, SpeculativeEngine, greedy_decode
+from runner.medusa import load_medusa
+from runner.models import eos_ids, load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
+from runner.sampling import probs_from_logits
+from runner.settings import MeasureSettings
+from runner.stats import summarize
+from runner.suites import Prompt
+from runner.version import RUNNER_VERSION
+
+
+@dataclass
+class MeasurementResult:
+    """Everything one measurement produced; ``to_dict`` is the stored/JSON shape."""
+
+    settings: dict[str, Any]
+    lossy: bool
+    categories: dict[str, dict[str, Any]]
+    overall: dict[str, Any]
+    prompts: list[dict[str, Any]]
+    hardware: dict[str, Any]
+    runner_version: str = RUNNER_VERSION
+    suite_digest: str | None = None
+    target_dir: str | None = None
+    drafter_dir: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "settings": self.settings,
+            "lossy": self.lossy,
+            "categories": self.categories,
+            "overall": self.overall,
+            "prompts": self.prompts,
+            "hardware": self.hardware,
+            "runner_version": self.runner_version,
+        }
+        if self.suite_digest is not None:
+            d["suite_digest"] = self.suite_digest
+        if self.target_dir is not None:
+            d["target_dir"] = self.target_dir
+        if self.drafter_dir is not None:
+            d["drafter_dir"] = self.drafter_dir
+        if self.extra:
+            d["extra"] = self.extra
+        return d
+
+
+def hardware_info(device: torch.device) -> dict[str, Any]:
+    import transformers
+
+    info: dict[str, Any] = {
+        "device": device.type,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+        info["cuda"] = torch.version.cuda
+    return info
+
+
+def _prompt_seed(seed: int, prompt_id: str) -> int:
+    """Seed per prompt from its id, so results do not depend on prompt order."""
+    return (seed * 1_000_003 + zlib.crc32(prompt_id.encode("utf-8"))) % (2**63)
+
+
+def encode_prompt(tokenizer, text: str) -> list[int]:
+    ids = list(tokenizer(text)["input_ids"])
+    if not ids or (tokenizer.bos_token_id is not None and ids[0] != tokenizer.bos_token_id):
+        if tokenizer.bos_token_id is not None:
+            ids = [tokenizer.bos_token_id, *ids]
+    if not ids:
+        raise ValueError("prompt encodes to no tokens")
+    return ids
+
+
+def measure_pair(
+    target_dir: str,
+    drafter_dir: str | None,
+    prompts: Sequence[Prompt],
+    settings: MeasureSettings,
+    progress: Callable[[int, int], None] | None = None,
+    suite_digest: str | None = None,
+) -> MeasurementResult:
+    """Run every prompt through the speculative loop and summarise.
+
+    ``drafter_dir`` is a causal LM (``draft_model``), Medusa heads (``medusa``) or
+    ignored (``prompt_lookup``, ``none``). ``progress(done, total)`` after each prompt.
+    """
+    s = settings
+    device = resolve_device(s.device)
+    if s.num_threads:
+        torch.set_num_threads(s.num_threads)
+    tokenizer = load_tokenizer(target_dir)
+    target = load_causal_lm(target_dir, device, s.dtype)
+    eos = eos_ids(target, tokenizer)
+    generator = torch.Generator(device=device)
+    greedy = s.temperature <= 0
+
+    def probs(logits: torch.Tensor) -> torch.Tensor:
+        return probs_from_logits(logits, s.temperature, s.top_k, s.top_p)
+
+    prob_fn = None if greedy else probs
+    drafter: Any = None
+    k = s.k
+    if s.method == "draft_model":
+        if not drafter_dir:
+            raise ValueError("method 'draft_model' needs a drafter directory")
+        draft_model = load_causal_lm(drafter_dir, device, s.dtype)
+        if draft_model.config.vocab_size != target.config.vocab_size:
+            raise ValueError(
+                f"vocab mismatch: target {target.config.vocab_size}, "
+                f"draft {draft_model.config.vocab_size}"
+            )
+        drafter = DraftModelDrafter(draft_model, prob_fn, generator)
+    elif s.method == "medusa":
+        if not drafter_dir:
+            raise ValueError("method 'medusa' needs a heads directory")
+        heads = load_medusa(drafter_dir).to(device=device, dtype=resolve_dtype(s.dtype))
+        if heads.hidden_size != target.config.hidden_size:
+            raise ValueError(
+                f"Medusa hidden size {heads.hidden_size} != target {target.config.hidden_size}"
+            )
+        drafter = MedusaDrafter(heads, prob_fn, generator)
+        k = min(k, heads.num_heads)
+    elif s.method == "prompt_lookup":
+        drafter = PromptLookupDrafter(s.max_ngram, s.min_ngram)
+    else:
+        k = 0
+
+    options = DecodeOptions(
+        k=k,
+        max_new_tokens=s.max_new_tokens,
+        temperature=s.temperature,
+        top_k=s.top_k,
+        top_p=s.top_p,
+        acceptance=s.acceptance,
+        typical_epsilon=s.typical_epsilon,
+        typical_delta=s.typical_delta,
+        strict_prefix_tokens=s.strict_prefix_tokens,
+    )
+    engine = SpeculativeEngine(target, drafter, options, eos, generator)
+    rows: list[dict[str, Any]] = []
+    total = len(prompts)
+    for i, p in enumerate(prompts):
+        generator.manual_seed(_prompt_seed(s.seed, p.id))
+        run = engine.generate(encode_prompt(tokenizer, p.prompt))
+        row = {"id": p.id, "category": p.category, **run.to_dict()}
+        rows.append(row)
+        if progress is not None:
+            progress(i + 1, total)
+    stats = summarize(rows, k)
+    settings_dict = s.to_dict()
+    settings_dict["k_effective"] = k
+    return MeasurementResult(
+        settings=settings_dict,
+        lossy=s.lossy,
+        categories=stats["categories"],
+        overall=stats["overall"],
+        prompts=rows,
+        hardware=hardware_info(device),
+        suite_digest=suite_digest,
+        target_dir=str(target_dir),
+        drafter_dir=str(drafter_dir) if drafter_dir else None,
+    )
+
+
+def plain_greedy(
+    target_dir: str | Any, prompt_ids: list[int], max_new_tokens: int, device: str = "cpu"
+) -> list[int]:
+    """Reference greedy decoding (one token per forward pass) for correctness checks.
+    Accepts a directory or an already loaded model."""
+    if isinstance(target_dir, str | os.PathLike):
+        tokenizer = load_tokenizer(target_dir)
+        model = load_causal_lm(target_dir, resolve_device(device))
+    else:
+        model, tokenizer = target_dir, None
+    return greedy_decode(model, list(prompt_ids), max_new_tokens, eos_ids(model, tokenizer))

@@ -1,0 +1,64 @@
+"""Measurement settings: everything that changes the numbers goes here, so a stored
+measurement can say exactly how it was taken."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+METHODS = ("draft_model", "prompt_lookup", "medusa", "none")
+ACCEPTANCE_RULES = ("strict", "typical")
+
+
+@dataclass
+class MeasureSettings:
+    """How to run a pair.
+
+    ``method``: ``draft_model`` | ``prompt_lookup`` | ``medusa`` | ``none`` (plain target,
+    tau = 1 baseline). ``k``: tokens drafted per step (Medusa: capped at its head count).
+    ``temperature=0`` means greedy. ``acceptance="typical"`` is lossy (Medusa typical
+    acceptance with ``typical_epsilon``/``typical_delta``); ``strict_prefix_tokens`` verifies
+    the first N output tokens strictly before switching to the lossy rule.
+    """
+
+    method: str = "draft_model"
+    k: int = 4
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    max_new_tokens: int = 64
+    seed: int = 0
+    device: str = "auto"
+    dtype: str = "float32"
+    acceptance: str = "strict"
+    typical_epsilon: float = 0.3
+    typical_delta: float = 0.09
+    strict_prefix_tokens: int = 0
+    max_ngram: int = 3
+    min_ngram: int = 1
+    num_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.method == "ngram":
+            self.method = "prompt_lookup"
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        if self.acceptance not in ACCEPTANCE_RULES:
+            raise ValueError(f"acceptance must be one of {ACCEPTANCE_RULES}")
+        if self.k < 0 or (self.k == 0 and self.method != "none"):
+            raise ValueError("k must be >= 1 for a speculative method")
+        if self.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        if self.max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be >= 1")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ValueError("top_p must be in (0, 1]")
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError("top_k must be >= 1")
+
+    @property
+    def lossy(self) -> bool:
+        return self.acceptance != "strict"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
