@@ -1,0 +1,643 @@
+"""Ingesting request tags (idempotent, batched) and answering "which pair served request X".
+
+Ingest of one batch, in one transaction:
+
+1. validate every tag; resolve deployments and pair digests (unknown digest: 422);
+2. work out the pair live on each tag's deployment at its ``served_at`` from the deployment's
+   event history (read once per deployment per batch, then a binary search per tag); a tag
+   without a digest gets that pair, a tag whose digest differs is stored as *inconsistent*;
+3. look the batch's request ids up in ``request_ids`` in one query: an identical digest is a
+   retry (no-op), a different one fails the whole batch with 409 naming the ids;
+4. insert the new ids with ``ON CONFLICT DO NOTHING RETURNING`` (a concurrent batch that
+   won a race is re-checked the same way), then the tag rows (``COPY`` on PostgreSQL);
+5. append one audit event with the batch's Merkle root over the stored tags' digests.
+
+The registry's global write lock is taken only at step 5 (by ``append_event``), so batches
+from many clients insert in parallel and serialise only for the event. Ids are inserted
+sorted, so two batches sharing ids lock them in the same order and cannot deadlock.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import bisect
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy import and_, case, func, insert, or_, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from registry.audit import append_event
+from registry.bundle_verify import format_time, merkle_root, tag_body
+from registry.canonical import digest_of
+from registry.errors import Conflict, InvalidInput, NotFound
+from registry.models import (
+    Deployment,
+    DeploymentEvent,
+    DriftFlag,
+    Pair,
+    RequestBatch,
+    RequestId,
+    RequestTag,
+    Validation,
+)
+from registry.records_requests import (
+    MAX_BATCH,
+    IngestResult,
+    RequestAudit,
+    RequestCounts,
+    RequestPage,
+    RequestTagRecord,
+    TagIn,
+)
+from registry.refs import resolve_pair
+from registry.services.artifacts import to_record as artifact_record
+from registry.services.base import check_limit, operation
+from registry.services.pairs import to_record as pair_record
+
+_CHUNK = 5000  # ids per IN (...) list; SQLite's variable limit is 32766
+
+
+# --- deployment timelines ---------------------------------------------------------------
+
+
+@dataclass
+class Timeline:
+    """A deployment's moves, oldest first: which pair was live from which instant."""
+
+    times: list[datetime]
+    pair_ids: list[int | None]
+    event_ids: list[int]
+
+    def live_at(self, at: datetime) -> tuple[int | None, int | None]:
+        """(pair id, deployment event id) live at ``at``; (None, None) before the first move."""
+        i = bisect.bisect_right(self.times, at) - 1
+        if i < 0:
+            return None, None
+        return self.pair_ids[i], self.event_ids[i]
+
+
+def load_timelines(session: Session, deployment_ids: Iterable[int]) -> dict[int, Timeline]:
+    ids = sorted(set(deployment_ids))
+    out = {d: Timeline([], [], []) for d in ids}
+    if not ids:
+        return out
+    rows = session.execute(
+        select(
+            DeploymentEvent.deployment_id,
+            DeploymentEvent.at,
+            DeploymentEvent.to_pair_id,
+            DeploymentEvent.id,
+        )
+        .where(DeploymentEvent.deployment_id.in_(ids))
+        .order_by(DeploymentEvent.deployment_id, DeploymentEvent.seq)
+    )
+    for dep_id, at, to_pair, event_id in rows:
+        tl = out[dep_id]
+        if tl.times and at < tl.times[-1]:
+            at = tl.times[-1]  # clock skew between writers: keep the history ordered by seq
+        tl.times.append(at)
+        tl.pair_ids.append(to_pair)
+        tl.event_ids.append(event_id)
+    return out
+
+
+def _deployment(session: Session, name: str, field: str = "deployment") -> Deployment:
+    dep = session.scalar(select(Deployment).where(Deployment.name == name))
+    if dep is None:
+        raise NotFound(f"no deployment named {name}", field=field)
+    return dep
+
+
+# --- ingest -----------------------------------------------------------------------------
+
+
+def _parse_tags(tags: Sequence[TagIn | dict[str, Any]]) -> list[TagIn]:
+    if not isinstance(tags, list | tuple):
+        raise InvalidInput("tags must be a list", field="tags")
+    if len(tags) > MAX_BATCH:
+        raise InvalidInput(
+            f"a batch holds at most {MAX_BATCH} tags, got {len(tags)}: split it", field="tags"
+        )
+    out = []
+    for i, tag in enumerate(tags):
+        if isinstance(tag, TagIn):
+            out.append(tag)
+            continue
+        try:
+            out.append(TagIn.model_validate(tag))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(p) for p in err.get("loc", ()))
+            raise InvalidInput(
+                f"tags[{i}].{loc}: {err.get('msg')}", field=f"tags.{i}.{loc}"
+            ) from exc
+    return out
+
+
+def _chunks(items: Sequence[Any], n: int = _CHUNK) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(items), n):
+        yield items[i : i + n]
+
+
+def _existing_digests(session: Session, ids: Sequence[str]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for chunk in _chunks(ids):
+        rows = session.execute(
+            select(RequestId.request_id, RequestId.tag_digest).where(
+                RequestId.request_id.in_(chunk)
+            )
+        )
+        found.update({r: d for r, d in rows})
+    return found
+
+
+def _conflict(ids: list[str]) -> Conflict:
+    shown = ", ".join(ids[:50]) + (f" and {len(ids) - 50} more" if len(ids) > 50 else "")
+    err = Conflict(
+        f"{len(ids)} request id(s) already recorded with a different tag: {shown}",
+        field="request_id",
+        details={"request_ids": ids},
+    )
+    return err
+
+
+def _insert_ids(session: Session, rows: list[dict[str, Any]]) -> set[str]:
+    """Insert ids not yet present; return those this call inserted."""
+    dialect = session.get_bind().dialect.name
+    maker = pg_insert if dialect == "postgresql" else sqlite_insert
+    inserted: set[str] = set()
+    for chunk in _chunks(rows, 1000):
+        stmt = (
+            maker(RequestId)
+            .values(list(chunk))
+            .on_conflict_do_nothing(index_elements=["request_id"])
+            .returning(RequestId.request_id)
+        )
+        inserted.update(session.scalars(stmt).all())
+    return inserted
+
+
+_TAG_COLUMNS = (
+    "request_id",
+    "served_at",
+    "deployment_id",
+    "pair_id",
+    "input_tokens",
+    "output_tokens",
+    "spec",
+    "pair_filled",
+    "consistent",
+)
+
+
+def _insert_tags(session: Session, rows: list[dict[str, Any]]) -> None:
+    if session.get_bind().dialect.name == "postgresql":
+        # New rows only (the id table vouched for them): COPY is the fastest path in.
+        raw = session.connection().connection.driver_connection
+        with raw.cursor() as cur:  # type: ignore[union-attr]
+            with cur.copy(f"COPY request_tags ({', '.join(_TAG_COLUMNS)}) FROM STDIN") as copy:
+                for r in rows:
+                    spec = r["spec"]
+                    copy.write_row(
+                        (
+                            r["request_id"],
+                            r["served_at"],
+                            r["deployment_id"],
+                            r["pair_id"],
+                            r["input_tokens"],
+                            r["output_tokens"],
+                            None if spec is None else json.dumps(spec),
+                            r["pair_filled"],
+                            r["consistent"],
+                        )
+                    )
+        return
+    session.execute(insert(RequestTag), rows)
+
+
+@operation
+def ingest_requests(
+    session: Session, *, tags: list[TagIn] | list[dict[str, Any]], actor: str
+) -> IngestResult:
+    """Store a batch of tags; the same tags again change nothing (see the module docstring)."""
+    parsed = _parse_tags(tags)
+    if not parsed:
+        return IngestResult(received=0, stored=0, duplicates=0, inconsistent=0)
+
+    dep_names = sorted({t.deployment for t in parsed})
+    deps = {
+        d.name: d for d in session.scalars(select(Deployment).where(Deployment.name.in_(dep_names)))
+    }
+    unknown = [n for n in dep_names if n not in deps]
+    if unknown:
+        raise InvalidInput(f"unknown deployment(s): {', '.join(unknown)}", field="deployment")
+    digests = sorted({t.pair_digest for t in parsed if t.pair_digest})
+    pair_ids: dict[str, int] = {}
+    for chunk in _chunks(digests):
+        pair_ids.update(
+            {
+                d: i
+                for d, i in session.execute(
+                    select(Pair.pair_digest, Pair.id).where(Pair.pair_digest.in_(chunk))
+                )
+            }
+        )
+    missing = [d for d in digests if d not in pair_ids]
+    if missing:
+        raise InvalidInput(
+            f"unknown pair digest(s): {', '.join(missing[:20])}", field="pair_digest"
+        )
+    digest_of_pair = {i: d for d, i in pair_ids.items()}
+    timelines = load_timelines(session, (d.id for d in deps.values()))
+    need = {
+        pid
+        for tl in timelines.values()
+        for pid in tl.pair_ids
+        if pid is not None and pid not in digest_of_pair
+    }
+    if need:
+        digest_of_pair.update(
+            {
+                i: d
+                for i, d in session.execute(
+                    select(Pair.id, Pair.pair_digest).where(Pair.id.in_(sorted(need)))
+                )
+            }
+        )
+
+    rows: dict[str, dict[str, Any]] = {}
+    for i, tag in enumerate(parsed):
+        dep = deps[tag.deployment]
+        live, _ = timelines[dep.id].live_at(tag.served_at)
+        if tag.pair_digest is None:
+            if live is None:
+                raise InvalidInput(
+                    f"tags[{i}]: no pair was live on {dep.name} at "
+                    f"{format_time(tag.served_at)}, so the pair digest cannot be filled in",
+                    field=f"tags.{i}.pair_digest",
+                )
+            pair_id, filled, consistent = live, True, True
+        else:
+            pair_id, filled = pair_ids[tag.pair_digest], False
+            consistent = pair_id == live
+        spec = tag.spec.model_dump() if tag.spec is not None else None
+        body = tag_body(
+            request_id=tag.request_id,
+            deployment=dep.name,
+            pair_digest=digest_of_pair[pair_id],
+            served_at=tag.served_at,
+            input_tokens=tag.input_tokens,
+            output_tokens=tag.output_tokens,
+            spec=spec,
+        )
+        row = {
+            "request_id": tag.request_id,
+            "served_at": tag.served_at,
+            "deployment_id": dep.id,
+            "pair_id": pair_id,
+            "input_tokens": tag.input_tokens,
+            "output_tokens": tag.output_tokens,
+            "spec": spec,
+            "pair_filled": filled,
+            "consistent": consistent,
+            "tag_digest": digest_of(body),
+        }
+        prior = rows.get(tag.request_id)
+        if prior is not None and prior["tag_digest"] != row["tag_digest"]:
+            raise _conflict([tag.request_id])
+        rows[tag.request_id] = row
+
+    ids = sorted(rows)
+    received_digest = digest_of([rows[r]["tag_digest"] for r in ids])
+    existing = _existing_digests(session, ids)
+    clashes = [r for r in ids if r in existing and existing[r] != rows[r]["tag_digest"]]
+    if clashes:
+        raise _conflict(clashes)
+    fresh = [r for r in ids if r not in existing]
+    duplicates = len(parsed) - len(fresh)
+    if not fresh:
+        return IngestResult(received=len(parsed), stored=0, duplicates=duplicates, inconsistent=0)
+
+    batch = RequestBatch(
+        merkle_root="",
+        received_digest=received_digest,
+        stored=0,
+        duplicates=0,
+        inconsistent=0,
+        actor=actor,
+    )
+    session.add(batch)
+    session.flush()
+    won = _insert_ids(
+        session,
+        [
+            {
+                "request_id": r,
+                "served_at": rows[r]["served_at"],
+                "tag_digest": rows[r]["tag_digest"],
+                "batch_id": batch.id,
+            }
+            for r in fresh
+        ],
+    )
+    lost = [r for r in fresh if r not in won]
+    if lost:  # a concurrent batch stored these first: a retry if identical, else a conflict
+        again = _existing_digests(session, lost)
+        clashes = [r for r in lost if again.get(r) != rows[r]["tag_digest"]]
+        if clashes:
+            raise _conflict(clashes)
+    stored = [r for r in fresh if r in won]
+    duplicates = len(parsed) - len(stored)
+    if not stored:
+        session.delete(batch)
+        session.flush()
+        return IngestResult(received=len(parsed), stored=0, duplicates=duplicates, inconsistent=0)
+    _insert_tags(session, [rows[r] for r in stored])
+    inconsistent_ids = [r for r in stored if not rows[r]["consistent"]]
+    root = merkle_root([rows[r]["tag_digest"] for r in stored])
+    batch.merkle_root = root
+    batch.stored = len(stored)
+    batch.duplicates = duplicates
+    batch.inconsistent = len(inconsistent_ids)
+    times = [rows[r]["served_at"] for r in stored]
+    event = append_event(
+        session,
+        actor=actor,
+        action="requests.ingested",
+        entity_type="request_batch",
+        entity_id=batch.id,
+        payload={
+            "batch_id": batch.id,
+            "merkle_root": root,
+            "received_digest": received_digest,
+            "received": len(parsed),
+            "stored": len(stored),
+            "duplicates": duplicates,
+            "inconsistent": len(inconsistent_ids),
+            "deployments": dep_names,
+            "first_served_at": format_time(min(times)),
+            "last_served_at": format_time(max(times)),
+        },
+    )
+    batch.audit_seq = event.seq
+    session.flush()
+    return IngestResult(
+        received=len(parsed),
+        stored=len(stored),
+        duplicates=duplicates,
+        inconsistent=len(inconsistent_ids),
+        inconsistent_ids=inconsistent_ids[:100],
+        batch_id=batch.id,
+        audit_seq=event.seq,
+        merkle_root=root,
+    )
+
+
+# --- reading ----------------------------------------------------------------------------
+
+
+def _tag_select():  # type: ignore[no-untyped-def]
+    return (
+        select(
+            RequestTag, RequestId.tag_digest, RequestId.batch_id, Pair.pair_digest, Deployment.name
+        )
+        .join(
+            RequestId,
+            and_(
+                RequestId.request_id == RequestTag.request_id,
+                RequestId.served_at == RequestTag.served_at,
+            ),
+        )
+        .join(Pair, Pair.id == RequestTag.pair_id)
+        .join(Deployment, Deployment.id == RequestTag.deployment_id)
+    )
+
+
+def _to_record(row: Any) -> RequestTagRecord:
+    tag, tag_digest, batch_id, pair_digest, dep_name = row
+    return RequestTagRecord(
+        request_id=tag.request_id,
+        deployment=dep_name,
+        pair_digest=pair_digest,
+        served_at=tag.served_at,
+        input_tokens=tag.input_tokens,
+        output_tokens=tag.output_tokens,
+        spec=tag.spec,
+        pair_filled=tag.pair_filled,
+        consistent=tag.consistent,
+        tag_digest=tag_digest,
+        batch_id=batch_id,
+    )
+
+
+def load_tag(session: Session, request_id: str) -> tuple[RequestTag, RequestTagRecord]:
+    """One tag by id: the id table gives ``served_at``, which prunes to one partition."""
+    rid = session.get(RequestId, request_id)
+    if rid is None:
+        raise NotFound(f"no request tagged {request_id!r}", field="request_id")
+    row = session.execute(
+        _tag_select().where(
+            RequestTag.request_id == request_id, RequestTag.served_at == rid.served_at
+        )
+    ).first()
+    if row is None:
+        raise NotFound(f"no request tagged {request_id!r}", field="request_id")
+    return row[0], _to_record(row)
+
+
+@operation
+def get_request_tag(session: Session, *, request_id: str) -> RequestTagRecord:
+    return load_tag(session, request_id)[1]
+
+
+def _event_record(ev: DeploymentEvent, digests: dict[int, str]) -> dict[str, Any]:
+    return {
+        "id": ev.id,
+        "seq": ev.seq,
+        "action": ev.action,
+        "from_pair_id": ev.from_pair_id,
+        "from_pair_digest": digests.get(ev.from_pair_id) if ev.from_pair_id else None,
+        "to_pair_id": ev.to_pair_id,
+        "to_pair_digest": digests.get(ev.to_pair_id) if ev.to_pair_id else None,
+        "validation_id": ev.validation_id,
+        "actor": ev.actor,
+        "reason": ev.reason,
+        "at": format_time(ev.at),
+    }
+
+
+def _validation_record(v: Validation) -> dict[str, Any]:
+    return {
+        "id": v.id,
+        "pair_id": v.pair_id,
+        "policy_name": v.policy_name,
+        "policy_digest": v.policy_digest,
+        "measurement_id": v.measurement_id,
+        "deployment": v.deployment,
+        "gates": v.gates,
+        "passed": v.passed,
+        "mlflow_run_id": v.mlflow_run_id,
+        "actor": v.actor,
+        "created_at": format_time(v.created_at),
+    }
+
+
+def _flag_record(f: DriftFlag) -> dict[str, Any]:
+    return {
+        "id": f.id,
+        "kind": f.kind,
+        "pair_id": f.pair_id,
+        "artifact_id": f.artifact_id,
+        "severity": f.severity,
+        "state": f.state,
+        "summary": f.summary,
+        "opened_at": format_time(f.opened_at),
+        "closed_at": format_time(f.closed_at) if f.closed_at else None,
+    }
+
+
+def pair_with_manifests(pair: Pair) -> dict[str, Any]:
+    out = pair_record(pair).model_dump(mode="json")
+    out["target"] = artifact_record(pair.target, with_manifest=True).model_dump(mode="json")
+    if pair.drafter is not None:
+        out["drafter"] = artifact_record(pair.drafter, with_manifest=True).model_dump(mode="json")
+    return out
+
+
+@operation
+def audit_request(session: Session, *, request_id: str) -> RequestAudit:
+    """Which pair served this request, and everything needed to reconstruct that answer."""
+    tag, record = load_tag(session, request_id)
+    pair = session.get(Pair, tag.pair_id)
+    dep = session.get(Deployment, tag.deployment_id)
+    assert pair is not None and dep is not None
+    timeline = load_timelines(session, [dep.id])[dep.id]
+    live_pair_id, live_event_id = timeline.live_at(tag.served_at)
+    digests = {
+        i: d
+        for i, d in session.execute(
+            select(Pair.id, Pair.pair_digest).where(
+                Pair.id.in_([p for p in timeline.pair_ids if p] + [pair.id])
+            )
+        )
+    }
+    event = session.get(DeploymentEvent, live_event_id) if live_event_id else None
+    making_live = event if event is not None and event.to_pair_id == pair.id else None
+    validation = None
+    if making_live is not None and making_live.validation_id:
+        v = session.get(Validation, making_live.validation_id)
+        validation = _validation_record(v) if v else None
+    artifact_ids = [pair.target_id] + ([pair.drafter_id] if pair.drafter_id else [])
+    flags = session.scalars(
+        select(DriftFlag)
+        .where(
+            or_(DriftFlag.pair_id == pair.id, DriftFlag.artifact_id.in_(artifact_ids)),
+            DriftFlag.opened_at <= tag.served_at,
+            or_(DriftFlag.closed_at.is_(None), DriftFlag.closed_at > tag.served_at),
+        )
+        .order_by(DriftFlag.id)
+    ).all()
+    batch = session.get(RequestBatch, record.batch_id)
+    assert batch is not None
+    return RequestAudit(
+        tag=record,
+        pair=pair_with_manifests(pair),
+        deployment={"id": dep.id, "name": dep.name, "policy_name": dep.policy_name},
+        deployment_event=_event_record(making_live, digests) if making_live else None,
+        live_pair_digest=digests.get(live_pair_id) if live_pair_id else None,
+        validation=validation,
+        open_flags=[_flag_record(f) for f in flags],
+        batch={
+            "id": batch.id,
+            "audit_seq": batch.audit_seq,
+            "merkle_root": batch.merkle_root,
+            "stored": batch.stored,
+            "created_at": format_time(batch.created_at),
+        },
+    )
+
+
+def _encode_cursor(served_at: datetime, request_id: str) -> str:
+    raw = json.dumps([format_time(served_at), request_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode((cursor + "=" * (-len(cursor) % 4)).encode())
+        at, rid = json.loads(raw)
+        return datetime.fromisoformat(at.replace("Z", "+00:00")), str(rid)
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError) as exc:
+        raise InvalidInput("cursor is not one this service issued", field="cursor") from exc
+
+
+@operation
+def list_requests(
+    session: Session,
+    *,
+    pair: str | None = None,
+    deployment: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    inconsistent: bool | None = None,
+    cursor: str | None = None,
+    limit: int = 100,
+) -> RequestPage:
+    """Tags in (served_at, request_id) order, with counts over the whole filter."""
+    check_limit(limit)
+    conds = []
+    if pair:
+        conds.append(RequestTag.pair_id == resolve_pair(session, pair).id)
+    if deployment:
+        conds.append(RequestTag.deployment_id == _deployment(session, deployment).id)
+    for value, name in ((since, "since"), (until, "until")):
+        if value is not None and value.tzinfo is None:
+            raise InvalidInput(f"{name} must include a timezone (e.g. Z)", field=name)
+    if since:
+        conds.append(RequestTag.served_at >= since)
+    if until:
+        conds.append(RequestTag.served_at < until)
+    if inconsistent is not None:
+        conds.append(RequestTag.consistent.is_(not inconsistent))
+    total, bad, tin, tout = session.execute(
+        select(
+            func.count(),
+            func.coalesce(func.sum(case((RequestTag.consistent.is_(False), 1), else_=0)), 0),
+            func.coalesce(func.sum(RequestTag.input_tokens), 0),
+            func.coalesce(func.sum(RequestTag.output_tokens), 0),
+        )
+        .select_from(RequestTag)
+        .where(*conds)
+    ).one()
+    stmt = _tag_select().where(*conds)
+    if cursor:
+        at, rid = _decode_cursor(cursor)
+        stmt = stmt.where(
+            or_(
+                RequestTag.served_at > at,
+                and_(RequestTag.served_at == at, RequestTag.request_id > rid),
+            )
+        )
+    rows = session.execute(
+        stmt.order_by(RequestTag.served_at, RequestTag.request_id).limit(limit + 1)
+    ).all()
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        last = rows[-1][0]
+        next_cursor = _encode_cursor(last.served_at, last.request_id)
+    return RequestPage(
+        items=[_to_record(r) for r in rows],
+        next_cursor=next_cursor,
+        counts=RequestCounts(
+            total=int(total), inconsistent=int(bad), input_tokens=int(tin), output_tokens=int(tout)
+        ),
+    )

@@ -1,0 +1,169 @@
+"""Ingest: idempotency, conflicts, fill-in, consistency, audit event, queries (both dialects)."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select
+
+from registry.bundle_verify import merkle_root, tag_digest
+from registry.db import session_scope
+from registry.errors import Conflict, InvalidInput, NotFound
+from registry.models import AuditEvent, RequestId, RequestTag
+from registry.services import requests as svc
+from tests.requests.conftest import ACTOR, Served
+
+
+def _tag(s: Served, rid: str, at, pair=None, **kw):  # type: ignore[no-untyped-def]
+    out = {
+        "request_id": rid,
+        "deployment": s.deployment,
+        "served_at": at.isoformat(),
+        "input_tokens": 10,
+        "output_tokens": 20,
+    }
+    if pair:
+        out["pair_digest"] = pair
+    out.update(kw)
+    return out
+
+
+def _ingest(url: str, tags):  # type: ignore[no-untyped-def]
+    with session_scope(url) as session:
+        return svc.ingest_requests(session, tags=tags, actor=ACTOR)
+
+
+def test_fill_in_idempotency_and_consistency(served: Served) -> None:
+    s = served
+    during_a = s.t_a + timedelta(minutes=5)
+    during_b = s.t_b + timedelta(minutes=5)
+    spec = {
+        "num_spec_steps": 4,
+        "num_draft_tokens": 16,
+        "num_accepted_draft_tokens": 9,
+        "acceptance_histogram": [1, 0, 1, 1, 1],
+    }
+    tags = [
+        _tag(s, "r-1", during_a),  # filled: a
+        _tag(s, "r-2", during_b),  # filled: b
+        _tag(s, "r-3", during_b, s.pair_b, spec=spec),  # explicit, consistent
+        _tag(s, "r-4", during_b, s.pair_a),  # a was no longer live: inconsistent
+        _tag(s, "r-5", during_a, s.pair_c),  # c never live: inconsistent
+    ]
+    first = _ingest(s.url, tags)
+    assert (first.received, first.stored, first.duplicates) == (5, 5, 0)
+    assert first.inconsistent == 2 and sorted(first.inconsistent_ids) == ["r-4", "r-5"]
+
+    again = _ingest(s.url, tags)
+    assert (again.stored, again.duplicates, again.batch_id) == (0, 5, None)
+    # a retry whose digest was filled in is identical to one that names the same pair
+    same = _ingest(s.url, [_tag(s, "r-1", during_a, s.pair_a)])
+    assert (same.stored, same.duplicates) == (0, 1)
+
+    with session_scope(s.url) as session:
+        assert session.query(RequestTag).count() == 5
+        assert session.query(RequestId).count() == 5
+        r1 = svc.get_request_tag(session, request_id="r-1")
+        assert r1.pair_digest == s.pair_a and r1.pair_filled and r1.consistent
+        r2 = svc.get_request_tag(session, request_id="r-2")
+        assert r2.pair_digest == s.pair_b and r2.pair_filled
+        r3 = svc.get_request_tag(session, request_id="r-3")
+        assert r3.spec == spec and not r3.pair_filled and r3.consistent
+        assert r3.tag_digest == tag_digest(
+            request_id="r-3",
+            deployment=s.deployment,
+            pair_digest=s.pair_b,
+            served_at=during_b,
+            input_tokens=10,
+            output_tokens=20,
+            spec=spec,
+        )
+        events = session.scalars(
+            select(AuditEvent).where(AuditEvent.action == "requests.ingested")
+        ).all()
+        assert len(events) == 1  # retries wrote no event
+        payload = json.loads(events[0].payload)
+        assert payload["stored"] == 5 and payload["inconsistent"] == 2
+        digests = [
+            svc.get_request_tag(session, request_id=f"r-{i}").tag_digest for i in range(1, 6)
+        ]
+        assert payload["merkle_root"] == merkle_root(digests)
+
+        bad = svc.list_requests(session, inconsistent=True)
+        assert [t.request_id for t in bad.items] == ["r-5", "r-4"]  # by served_at
+        assert bad.counts.total == 2 and bad.counts.inconsistent == 2
+
+
+def test_conflict_lists_ids_and_stores_nothing(served: Served) -> None:
+    s = served
+    at = s.t_b + timedelta(minutes=1)
+    _ingest(s.url, [_tag(s, "x-1", at), _tag(s, "x-2", at)])
+    with pytest.raises(Conflict) as err:
+        _ingest(
+            s.url,
+            [_tag(s, "x-1", at, output_tokens=99), _tag(s, "x-2", at), _tag(s, "x-3", at)],
+        )
+    assert "x-1" in str(err.value) and "x-2" not in str(err.value)
+    assert err.value.details == {"request_ids": ["x-1"]}
+    with session_scope(s.url) as session:
+        assert session.query(RequestId).count() == 2  # x-3 was not stored either
+    with pytest.raises(Conflict):  # same id twice in one batch with different content
+        _ingest(s.url, [_tag(s, "y-1", at), _tag(s, "y-1", at, input_tokens=1)])
+
+
+def test_invalid_tags(served: Served) -> None:
+    s = served
+    at = s.t_b + timedelta(minutes=1)
+    with pytest.raises(InvalidInput, match="unknown pair digest") as err:
+        _ingest(s.url, [_tag(s, "u-1", at, "f" * 64)])
+    assert err.value.status == 422
+    with pytest.raises(InvalidInput, match="unknown deployment"):
+        _ingest(s.url, [{**_tag(s, "u-2", at), "deployment": "nope"}])
+    with pytest.raises(InvalidInput, match="no pair was live"):
+        _ingest(s.url, [_tag(s, "u-3", s.t_a - timedelta(days=1))])
+    with pytest.raises(InvalidInput, match="timezone"):
+        _ingest(s.url, [{**_tag(s, "u-4", at), "served_at": "2026-01-01T00:00:00"}])
+    with pytest.raises(InvalidInput, match="at most 10000"):
+        _ingest(s.url, [_tag(s, f"n-{i}", at) for i in range(10_001)])
+    with session_scope(s.url) as session, pytest.raises(NotFound):
+        svc.get_request_tag(session, request_id="u-1")
+
+
+def test_audit_request_and_pagination(served: Served) -> None:
+    s = served
+    base = s.t_b + timedelta(minutes=1)
+    _ingest(s.url, [_tag(s, f"p-{i:03d}", base + timedelta(seconds=i)) for i in range(25)])
+    _ingest(s.url, [_tag(s, "old", s.t_a + timedelta(minutes=1))])
+    with session_scope(s.url) as session:
+        audit = svc.audit_request(session, request_id="p-003")
+        assert audit.tag.pair_digest == s.pair_b
+        assert audit.pair["pair_digest"] == s.pair_b
+        assert audit.pair["target"]["manifest"] and audit.pair["drafter"]["manifest"]
+        assert audit.deployment_event is not None
+        assert audit.deployment_event["to_pair_digest"] == s.pair_b
+        assert audit.deployment_event["from_pair_digest"] == s.pair_a
+        assert audit.live_pair_digest == s.pair_b
+        old = svc.audit_request(session, request_id="old")
+        assert old.deployment_event["to_pair_digest"] == s.pair_a
+
+        seen, cursor = [], None
+        while True:
+            page = svc.list_requests(
+                session, pair=s.pair_b[:16], since=base, cursor=cursor, limit=10
+            )
+            assert page.counts.total == 25 and page.counts.output_tokens == 25 * 20
+            seen += [t.request_id for t in page.items]
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        assert seen == [f"p-{i:03d}" for i in range(25)]
+        window = svc.list_requests(
+            session,
+            deployment=s.deployment,
+            since=base + timedelta(seconds=5),
+            until=base + timedelta(seconds=8),
+        )
+        assert [t.request_id for t in window.items] == ["p-005", "p-006", "p-007"]
+        assert svc.list_requests(session, pair=s.pair_a).counts.total == 1
