@@ -93,8 +93,7 @@ def parse_policy(text: str, *, name: str | None = None) -> dict[str, Any]:
         for key, value in values.items():
             if key not in DEFAULTS[section]:
                 raise InvalidInput(
-                    f"unknown key {key!r} in [{section}]; known: "
-                    + ", ".join(DEFAULTS[section]),
+                    f"unknown key {key!r} in [{section}]; known: " + ", ".join(DEFAULTS[section]),
                     field=f"{section}.{key}",
                 )
             policy[section][key] = value
@@ -106,23 +105,29 @@ def _check(policy: dict[str, Any]) -> None:
     for (section, key), (lo, hi) in _NUMBER_RANGES.items():
         value = policy[section][key]
         if not isinstance(value, int | float) or isinstance(value, bool) or not lo <= value <= hi:
-            raise InvalidInput(f"{section}.{key} must be a number from {lo} to {hi}",
-                               field=f"{section}.{key}")
+            raise InvalidInput(
+                f"{section}.{key} must be a number from {lo} to {hi}", field=f"{section}.{key}"
+            )
         policy[section][key] = float(value)
     for (section, key), (lo, hi) in _INT_RANGES.items():
         value = policy[section][key]
         if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-            raise InvalidInput(f"{section}.{key} must be an integer from {lo} to {hi}",
-                               field=f"{section}.{key}")
+            raise InvalidInput(
+                f"{section}.{key} must be an integer from {lo} to {hi}", field=f"{section}.{key}"
+            )
     suite = policy["suite"]
     if not isinstance(suite["name"], str) or not suite["name"]:
         raise InvalidInput("suite.name must name a suite", field="suite.name")
-    for section, key in (("suite", "categories"), ("lossy", "adversarial_categories"),
-                         ("provenance", "required")):
+    for section, key in (
+        ("suite", "categories"),
+        ("lossy", "adversarial_categories"),
+        ("provenance", "required"),
+    ):
         value = policy[section][key]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise InvalidInput(f"{section}.{key} must be a list of strings",
-                               field=f"{section}.{key}")
+            raise InvalidInput(
+                f"{section}.{key} must be a list of strings", field=f"{section}.{key}"
+            )
     unknown = sorted(set(policy["provenance"]["required"]) - set(PROVENANCE_FIELDS))
     if unknown:
         raise InvalidInput(
@@ -135,15 +140,19 @@ def _check(policy: dict[str, Any]) -> None:
         raise InvalidInput("[alpha.category_min] must be a table", field="alpha.category_min")
     for cat, value in floors.items():
         if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:
-            raise InvalidInput(f"alpha.category_min.{cat} must be a number from 0 to 1",
-                               field=f"alpha.category_min.{cat}")
+            raise InvalidInput(
+                f"alpha.category_min.{cat} must be a number from 0 to 1",
+                field=f"alpha.category_min.{cat}",
+            )
         floors[cat] = float(value)
     for key in ("allowed",):
         if not isinstance(policy["lossy"][key], bool):
             raise InvalidInput(f"lossy.{key} must be true or false", field=f"lossy.{key}")
     if not isinstance(policy["drafter"]["declared_target_must_match"], bool):
-        raise InvalidInput("drafter.declared_target_must_match must be true or false",
-                           field="drafter.declared_target_must_match")
+        raise InvalidInput(
+            "drafter.declared_target_must_match must be true or false",
+            field="drafter.declared_target_must_match",
+        )
 
 
 def policy_digest(parsed: dict[str, Any]) -> str:

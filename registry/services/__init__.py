@@ -3,7 +3,35 @@
 Importing this package imports every service module so that ``OPERATIONS`` is complete.
 """
 
-from registry.services import artifacts, audit_log, pairs, requests, tokens
+from registry.services import (
+    artifacts,
+    audit_log,
+    deployments,
+    drift,
+    jobs,
+    measurements,
+    pairs,
+    policies,
+    requests,
+    tokens,
+    validation,
+    watch,
+)
 from registry.services.base import OPERATIONS, operation
 
-__all__ = ["OPERATIONS", "artifacts", "audit_log", "operation", "pairs", "requests", "tokens"]
+__all__ = [
+    "OPERATIONS",
+    "artifacts",
+    "audit_log",
+    "deployments",
+    "drift",
+    "jobs",
+    "measurements",
+    "operation",
+    "pairs",
+    "policies",
+    "requests",
+    "tokens",
+    "validation",
+    "watch",
+]

@@ -1,0 +1,316 @@
+"""The job queue in the database: enqueue, claim under a lease, renew, finish, fail.
+
+Workers claim with ``SELECT … FOR UPDATE SKIP LOCKED`` on PostgreSQL (SQLite's
+``BEGIN IMMEDIATE`` makes the claim transaction exclusive already). A claim sets a lease;
+a worker that dies stops renewing it, and once it expires the job is claimable again.
+Completing checks that the caller still holds the lease and that the job is not done
+already, so a job's results are written exactly once however many workers touched it.
+What a finished job means (store a measurement, validate, compare for drift) is decided by
+handlers registered per job kind, so this module knows nothing of measurements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from registry.audit import append_event, lock_writes
+from registry.canonical import digest_of
+from registry.errors import Conflict, InvalidInput, NotFound
+from registry.models import Job, utcnow
+from registry.records import Page
+from registry.records_governance import JobRecord
+from registry.services.base import operation, page_query
+
+JOB_STATES = ("queued", "running", "done", "failed")
+JOB_KINDS = ("measure",)
+DEFAULT_LEASE_S = 60
+DEFAULT_MAX_ATTEMPTS = 3
+
+# kind -> handler(session, job, result, actor) -> dict stored as the job's result
+COMPLETION_HANDLERS: dict[str, Callable[[Session, Job, dict[str, Any], str], dict[str, Any]]] = {}
+
+
+def to_record(job: Job) -> JobRecord:
+    return JobRecord(
+        id=job.id,
+        kind=job.kind,
+        args=job.args,
+        idempotency_key=job.idempotency_key,
+        state=job.state,  # type: ignore[arg-type]
+        device=job.device,
+        attempts=job.attempts,
+        max_attempts=job.max_attempts,
+        lease_owner=job.lease_owner,
+        lease_expires_at=job.lease_expires_at,
+        result=job.result,
+        error=job.error,
+        created_by=job.created_by,
+        created_at=job.created_at,
+        updated_at=job.updated_at,
+        finished_at=job.finished_at,
+    )
+
+
+def enqueue(
+    session: Session,
+    *,
+    kind: str,
+    args: dict[str, Any],
+    key_material: dict[str, Any],
+    actor: str,
+    device: str | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> tuple[Job, bool]:
+    """Queue a job once per idempotency key; a failed job with the same key is re-queued."""
+    if kind not in JOB_KINDS:
+        raise InvalidInput(f"job kind must be one of {', '.join(JOB_KINDS)}", field="kind")
+    key = digest_of({"kind": kind, **key_material})
+    lock_writes(session)
+    existing = session.scalar(select(Job).where(Job.idempotency_key == key))
+    if existing is not None:
+        if existing.state != "failed":
+            return existing, False
+        existing.state = "queued"
+        existing.attempts = 0
+        existing.error = None
+        existing.args = args
+        existing.lease_owner = None
+        existing.lease_expires_at = None
+        existing.finished_at = None
+        existing.updated_at = utcnow()
+        append_event(
+            session,
+            actor=actor,
+            action="job.requeued",
+            entity_type="job",
+            entity_id=existing.id,
+            payload={"kind": kind, "key": key},
+        )
+        return existing, True
+    job = Job(
+        kind=kind,
+        args=args,
+        idempotency_key=key,
+        state="queued",
+        device=device,
+        attempts=0,
+        max_attempts=max_attempts,
+        created_by=actor,
+    )
+    session.add(job)
+    session.flush()
+    append_event(
+        session,
+        actor=actor,
+        action="job.queued",
+        entity_type="job",
+        entity_id=job.id,
+        payload={"kind": kind, "key": key, "args": args},
+    )
+    return job, True
+
+
+def _claimable(now):  # type: ignore[no-untyped-def]
+    return or_(
+        Job.state == "queued",
+        (Job.state == "running") & (Job.lease_expires_at < now),
+    )
+
+
+@operation
+def claim_job(
+    session: Session,
+    *,
+    worker: str,
+    device: str | None = None,
+    kinds: list[str] | None = None,
+    lease_seconds: int = DEFAULT_LEASE_S,
+    actor: str,
+) -> JobRecord | None:
+    """Take the oldest claimable job (queued, or running with an expired lease), or None."""
+    if not worker:
+        raise InvalidInput("worker must name the worker", field="worker")
+    if not 1 <= lease_seconds <= 3600:
+        raise InvalidInput("lease_seconds must be from 1 to 3600", field="lease_seconds")
+    while True:
+        now = utcnow()
+        stmt = select(Job).where(_claimable(now))
+        if kinds:
+            stmt = stmt.where(Job.kind.in_(kinds))
+        if device:
+            stmt = stmt.where(or_(Job.device.is_(None), Job.device == device))
+        stmt = stmt.order_by(Job.id).limit(1)
+        if session.get_bind().dialect.name == "postgresql":
+            stmt = stmt.with_for_update(skip_locked=True)
+        job = session.scalar(stmt)
+        if job is None:
+            return None
+        if job.attempts >= job.max_attempts:
+            # Its last worker died holding it: no attempts left.
+            _finish_failed(
+                session,
+                job,
+                f"lease expired on attempt {job.attempts} "
+                f"(worker {job.lease_owner} stopped renewing it)",
+                actor,
+            )
+            continue
+        expired_owner = job.lease_owner if job.state == "running" else None
+        job.state = "running"
+        job.attempts += 1
+        job.lease_owner = worker
+        job.lease_expires_at = now + timedelta(seconds=lease_seconds)
+        job.updated_at = now
+        session.flush()
+        append_event(
+            session,
+            actor=actor,
+            action="job.claimed",
+            entity_type="job",
+            entity_id=job.id,
+            payload={"worker": worker, "attempt": job.attempts, "taken_from": expired_owner},
+        )
+        return to_record(job)
+
+
+def _locked_job(session: Session, job_id: int) -> Job:
+    """Lock the job row, then the registry write lock: the same order a claim takes them
+    (row first, from SKIP LOCKED), so a claimer and a completer cannot deadlock."""
+    stmt = select(Job).where(Job.id == job_id)
+    if session.get_bind().dialect.name == "postgresql":
+        stmt = stmt.with_for_update()
+    job = session.scalar(stmt)
+    if job is None:
+        raise NotFound(f"no job with id {job_id}", field="id")
+    lock_writes(session)
+    session.refresh(job)
+    return job
+
+
+def _check_lease(job: Job, worker: str) -> None:
+    if job.state != "running" or job.lease_owner != worker:
+        raise Conflict(
+            f"job {job.id} is {job.state} and leased to {job.lease_owner or 'nobody'}, "
+            f"not {worker}: the lease was lost",
+            field="worker",
+        )
+
+
+@operation
+def renew_lease(
+    session: Session, *, id: int, worker: str, lease_seconds: int = DEFAULT_LEASE_S
+) -> JobRecord:
+    job = _locked_job(session, id)
+    _check_lease(job, worker)
+    job.lease_expires_at = utcnow() + timedelta(seconds=lease_seconds)
+    job.updated_at = utcnow()
+    return to_record(job)
+
+
+@operation
+def complete_job(
+    session: Session, *, id: int, worker: str, result: dict[str, Any], actor: str
+) -> JobRecord:
+    """Write a job's results once: a done job is returned unchanged, a lost lease refused."""
+    job = _locked_job(session, id)
+    if job.state == "done":
+        return to_record(job)
+    _check_lease(job, worker)
+    handler = COMPLETION_HANDLERS.get(job.kind)
+    outcome = handler(session, job, result, actor) if handler else dict(result)
+    now = utcnow()
+    job.state = "done"
+    job.result = outcome
+    job.error = None
+    job.lease_expires_at = None
+    job.finished_at = now
+    job.updated_at = now
+    session.flush()
+    append_event(
+        session,
+        actor=actor,
+        action="job.done",
+        entity_type="job",
+        entity_id=job.id,
+        payload={"worker": worker, "result": outcome},
+    )
+    return to_record(job)
+
+
+def _finish_failed(session: Session, job: Job, error: str, actor: str) -> None:
+    now = utcnow()
+    job.state = "failed"
+    job.error = error[:4000]
+    job.lease_expires_at = None
+    job.finished_at = now
+    job.updated_at = now
+    session.flush()
+    append_event(
+        session,
+        actor=actor,
+        action="job.failed",
+        entity_type="job",
+        entity_id=job.id,
+        payload={"error": job.error, "attempts": job.attempts},
+    )
+
+
+@operation
+def fail_job(
+    session: Session, *, id: int, worker: str, error: str, retry: bool = True, actor: str
+) -> JobRecord:
+    """Record a failed attempt: back to the queue while attempts remain, else ``failed``."""
+    job = _locked_job(session, id)
+    if job.state == "done":
+        return to_record(job)
+    _check_lease(job, worker)
+    if retry and job.attempts < job.max_attempts:
+        job.state = "queued"
+        job.error = error[:4000]
+        job.lease_owner = None
+        job.lease_expires_at = None
+        job.updated_at = utcnow()
+        append_event(
+            session,
+            actor=actor,
+            action="job.retry",
+            entity_type="job",
+            entity_id=job.id,
+            payload={"error": job.error, "attempts": job.attempts},
+        )
+    else:
+        _finish_failed(session, job, error, actor)
+    return to_record(job)
+
+
+@operation
+def get_job(session: Session, *, id: int) -> JobRecord:
+    job = session.get(Job, id)
+    if job is None:
+        raise NotFound(f"no job with id {id}", field="id")
+    return to_record(job)
+
+
+@operation
+def list_jobs(
+    session: Session,
+    *,
+    state: str | None = None,
+    kind: str | None = None,
+    cursor: str | None = None,
+    limit: int = 100,
+) -> Page[JobRecord]:
+    stmt = select(Job)
+    if state:
+        if state not in JOB_STATES:
+            raise InvalidInput(f"state must be one of {', '.join(JOB_STATES)}", field="state")
+        stmt = stmt.where(Job.state == state)
+    if kind:
+        stmt = stmt.where(Job.kind == kind)
+    rows, next_cursor = page_query(session, stmt, Job.id, cursor, limit)
+    return Page[JobRecord](items=[to_record(j) for j in rows], next_cursor=next_cursor)

@@ -1,0 +1,233 @@
+"""Storing and reading measurements; the runner's numbers are handed in as plain dicts.
+
+A measurement is reusable for a validation when the pair, the suite digest, the settings
+digest and the runner version all match, so a pair is never re-measured for nothing and a
+changed suite or runner is never mistaken for the old one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from registry.audit import append_event, lock_writes
+from registry.errors import InvalidInput, NotFound
+from registry.models import Measurement, Pair
+from registry.policy import settings_digest
+from registry.records import Page
+from registry.records_governance import MeasurementRecord
+from registry.refs import resolve_pair
+from registry.services.base import operation, page_query
+
+_PROMPT_KEYS = ("id", "category")
+
+
+def to_record(
+    row: Measurement, pair_digest: str, *, with_prompts: bool = False
+) -> MeasurementRecord:
+    return MeasurementRecord(
+        id=row.id,
+        pair_id=row.pair_id,
+        pair_digest=pair_digest,
+        suite_name=row.suite_name,
+        suite_digest=row.suite_digest,
+        settings=row.settings,
+        settings_digest=row.settings_digest,
+        runner_version=row.runner_version,
+        device=row.device,
+        hardware=row.hardware,
+        seed=row.seed,
+        alpha=row.alpha,
+        overall=row.overall,
+        categories=row.categories,
+        prompts=row.prompts if with_prompts else None,
+        extra=row.extra,
+        mlflow_run_id=row.mlflow_run_id,
+        job_id=row.job_id,
+        created_by=row.created_by,
+        created_at=row.created_at,
+    )
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe copy: NaN/inf become null (PostgreSQL JSON refuses them)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _check_result(result: dict[str, Any]) -> None:
+    if not isinstance(result, dict):
+        raise InvalidInput("result must be an object", field="result")
+    for key in ("categories", "prompts"):
+        if key not in result:
+            raise InvalidInput(f"result lacks {key!r}", field=f"result.{key}")
+    if not isinstance(result["categories"], dict):
+        raise InvalidInput("result.categories must be an object", field="result.categories")
+    if not isinstance(result["prompts"], list):
+        raise InvalidInput("result.prompts must be a list", field="result.prompts")
+    for i, prompt in enumerate(result["prompts"]):
+        if not isinstance(prompt, dict) or any(k not in prompt for k in _PROMPT_KEYS):
+            raise InvalidInput(
+                f"result.prompts[{i}] needs at least id and category", field="result.prompts"
+            )
+        for counter in ("accepted", "rejections"):
+            value = prompt.get(counter, 0)
+            if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+                raise InvalidInput(
+                    f"result.prompts[{i}].{counter} must be a non-negative number",
+                    field="result.prompts",
+                )
+
+
+def insert_measurement(
+    session: Session,
+    *,
+    pair: Pair,
+    suite_name: str,
+    suite_digest: str,
+    settings: dict[str, Any],
+    runner_version: str,
+    result: dict[str, Any],
+    mlflow_run_id: str | None,
+    device: str | None,
+    job_id: int | None,
+    actor: str,
+) -> Measurement:
+    _check_result(result)
+    result = _clean(result)
+    overall = result.get("overall") or {}
+    alpha = overall.get("alpha")
+    lock_writes(session)
+    row = Measurement(
+        pair_id=pair.id,
+        suite_name=suite_name,
+        suite_digest=suite_digest,
+        settings=_clean(settings),
+        settings_digest=settings_digest(settings),
+        runner_version=str(runner_version),
+        device=device,
+        hardware=result.get("hardware") or {},
+        seed=settings.get("seed"),
+        alpha=float(alpha) if isinstance(alpha, int | float) else None,
+        overall=overall,
+        categories=result["categories"],
+        prompts=result["prompts"],
+        extra={
+            k: v
+            for k, v in result.items()
+            if k not in ("overall", "categories", "prompts", "hardware", "settings")
+        },
+        mlflow_run_id=mlflow_run_id,
+        job_id=job_id,
+        created_by=actor,
+    )
+    session.add(row)
+    session.flush()
+    append_event(
+        session,
+        actor=actor,
+        action="measurement.stored",
+        entity_type="measurement",
+        entity_id=row.id,
+        payload={
+            "pair_digest": pair.pair_digest,
+            "suite_name": suite_name,
+            "suite_digest": suite_digest,
+            "settings_digest": row.settings_digest,
+            "runner_version": row.runner_version,
+            "alpha": row.alpha,
+            "categories": {c: (v or {}).get("alpha") for c, v in row.categories.items()},
+            "mlflow_run_id": mlflow_run_id,
+            "job_id": job_id,
+        },
+    )
+    return row
+
+
+@operation
+def store_measurement(
+    session: Session,
+    *,
+    pair: str,
+    suite_name: str,
+    suite_digest: str,
+    settings: dict[str, Any],
+    runner_version: str,
+    result: dict[str, Any],
+    mlflow_run_id: str | None = None,
+    device: str | None = None,
+    actor: str,
+) -> MeasurementRecord:
+    """Record a measurement taken outside a job (``pairreg measure``)."""
+    pair_row = resolve_pair(session, pair)
+    row = insert_measurement(
+        session,
+        pair=pair_row,
+        suite_name=suite_name,
+        suite_digest=suite_digest,
+        settings=settings,
+        runner_version=runner_version,
+        result=result,
+        mlflow_run_id=mlflow_run_id,
+        device=device,
+        job_id=None,
+        actor=actor,
+    )
+    return to_record(row, pair_row.pair_digest)
+
+
+def find_reusable(
+    session: Session,
+    pair: Pair,
+    *,
+    suite_name: str,
+    settings: dict[str, Any],
+    suite_digest: str | None,
+    runner_version: str | None,
+) -> Measurement | None:
+    """The newest stored measurement that answers exactly this request, if any."""
+    stmt = select(Measurement).where(
+        Measurement.pair_id == pair.id,
+        Measurement.suite_name == suite_name,
+        Measurement.settings_digest == settings_digest(settings),
+    )
+    if suite_digest:
+        stmt = stmt.where(Measurement.suite_digest == suite_digest)
+    if runner_version:
+        stmt = stmt.where(Measurement.runner_version == runner_version)
+    return session.scalar(stmt.order_by(Measurement.id.desc()).limit(1))
+
+
+@operation
+def get_measurement(session: Session, *, id: int, prompts: bool = True) -> MeasurementRecord:
+    row = session.get(Measurement, id)
+    if row is None:
+        raise NotFound(f"no measurement with id {id}", field="id")
+    pair = session.get(Pair, row.pair_id)
+    assert pair is not None
+    return to_record(row, pair.pair_digest, with_prompts=prompts)
+
+
+@operation
+def list_measurements(
+    session: Session, *, pair: str | None = None, cursor: str | None = None, limit: int = 100
+) -> Page[MeasurementRecord]:
+    stmt = select(Measurement)
+    if pair:
+        stmt = stmt.where(Measurement.pair_id == resolve_pair(session, pair).id)
+    rows, next_cursor = page_query(session, stmt, Measurement.id, cursor, limit)
+    digests = {
+        p.id: p.pair_digest
+        for p in session.scalars(select(Pair).where(Pair.id.in_({r.pair_id for r in rows})))
+    }
+    return Page[MeasurementRecord](
+        items=[to_record(r, digests[r.pair_id]) for r in rows], next_cursor=next_cursor
+    )

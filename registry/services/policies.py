@@ -1,0 +1,108 @@
+"""Storing and reading policies: a name's newest stored version is the one in force.
+
+The shipped ``default`` policy is stored on first use, so a fresh registry can validate
+without any setup and the validation still points at a stored, digested policy row.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from registry.audit import append_event, lock_writes
+from registry.errors import NotFound
+from registry.models import Policy
+from registry.policy import default_policy_text, parse_policy, policy_digest
+from registry.records import Page
+from registry.records_governance import PolicyPutResult, PolicyRecord
+from registry.services.base import operation, page_query
+
+DEFAULT_POLICY = "default"
+
+
+def to_record(row: Policy) -> PolicyRecord:
+    return PolicyRecord(
+        id=row.id,
+        name=row.name,
+        version=row.version,
+        digest=row.digest,
+        toml_text=row.toml_text,
+        parsed=row.parsed,
+        created_by=row.created_by,
+        created_at=row.created_at,
+    )
+
+
+def _store(session: Session, text: str, name: str | None, actor: str) -> tuple[Policy, bool]:
+    parsed = parse_policy(text, name=name)
+    digest = policy_digest(parsed)
+    lock_writes(session)
+    existing = session.scalar(
+        select(Policy).where(Policy.name == parsed["name"], Policy.digest == digest)
+    )
+    latest = session.scalar(select(func.max(Policy.version)).where(Policy.name == parsed["name"]))
+    if existing is not None and existing.version == latest:
+        return existing, False
+    row = Policy(
+        name=parsed["name"],
+        version=(latest or 0) + 1,
+        digest=digest,
+        toml_text=text,
+        parsed=parsed,
+        created_by=actor,
+    )
+    session.add(row)
+    session.flush()
+    append_event(
+        session,
+        actor=actor,
+        action="policy.stored",
+        entity_type="policy",
+        entity_id=row.name,
+        payload={"name": row.name, "version": row.version, "digest": digest},
+    )
+    return row, True
+
+
+@operation
+def put_policy(
+    session: Session, *, text: str, name: str | None = None, actor: str
+) -> PolicyPutResult:
+    """Store a policy TOML under its ``name`` (or the given one); unchanged text is a no-op."""
+    row, created = _store(session, text, name, actor)
+    return PolicyPutResult(policy=to_record(row), created=created)
+
+
+def load_policy(session: Session, name: str, *, actor: str = "system") -> Policy:
+    """The policy in force under ``name``; the shipped default is stored on first use."""
+    row = session.scalar(
+        select(Policy).where(Policy.name == name).order_by(Policy.version.desc()).limit(1)
+    )
+    if row is None and name == DEFAULT_POLICY:
+        row, _ = _store(session, default_policy_text(), DEFAULT_POLICY, actor)
+    if row is None:
+        raise NotFound(f"no policy named {name}", field="policy")
+    return row
+
+
+@operation
+def get_policy(
+    session: Session, *, name: str, version: int | None = None, actor: str = "system"
+) -> PolicyRecord:
+    if version is None:
+        return to_record(load_policy(session, name, actor=actor))
+    row = session.scalar(select(Policy).where(Policy.name == name, Policy.version == version))
+    if row is None:
+        raise NotFound(f"no policy {name} version {version}", field="version")
+    return to_record(row)
+
+
+@operation
+def list_policies(
+    session: Session, *, name: str | None = None, cursor: str | None = None, limit: int = 100
+) -> Page[PolicyRecord]:
+    stmt = select(Policy)
+    if name:
+        stmt = stmt.where(Policy.name == name)
+    rows, next_cursor = page_query(session, stmt, Policy.id, cursor, limit)
+    return Page[PolicyRecord](items=[to_record(r) for r in rows], next_cursor=next_cursor)

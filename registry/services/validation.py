@@ -1,0 +1,508 @@
+"""Validation: measure a pair on its policy's suite (reusing a stored measurement when the
+pair, suite, settings and runner version all match), then evaluate every gate.
+
+Gates (each a row with what was required and what was measured):
+
+* ``alpha.overall`` and ``alpha.<category>``: acceptance floors.
+* ``lossless``: a strict (lossless) acceptance rule, unless the policy allows lossy pairs;
+  then ``lossy.adversarial``: at most ``max_divergence_rate`` of the adversarial prompts
+  may diverge from the target's own greedy answer within the first ``first_tokens`` tokens.
+* ``provenance``: required provenance fields present on the target and the drafter.
+* ``declared_target``: the drafter's own record of its intended target names this target.
+* ``alpha.max_drop``: α may fall at most ``max_drop`` below the deployment's live pair.
+* ``flags``: no open drift or integrity flag on the pair or its artifacts.
+
+The same function runs again inside the promoting transaction, so a promotion always sees
+the gates as they stand at that moment (a flag opened since validation blocks it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from registry.audit import append_event
+from registry.errors import InvalidInput, NotFound
+from registry.models import Deployment, DriftFlag, Job, Measurement, Pair, Policy, Validation
+from registry.policy import category_floor, measurement_settings
+from registry.records import Page
+from registry.records_governance import GateResult, ValidateResult, ValidationRecord
+from registry.refs import resolve_pair
+from registry.services import jobs as jobs_service
+from registry.services.base import operation, page_query
+from registry.services.measurements import find_reusable, insert_measurement
+from registry.services.pairs import set_pair_status
+from registry.services.policies import _store as store_policy
+from registry.services.policies import load_policy
+
+DECLARED_TARGET_WARNING = "drafter declares intended target"
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
+def open_flags(session: Session, pair: Pair) -> list[DriftFlag]:
+    """Open flags that block this pair: on the pair itself, or integrity flags on its parts."""
+    artifact_ids = [pair.target_id] + ([pair.drafter_id] if pair.drafter_id else [])
+    stmt = select(DriftFlag).where(
+        DriftFlag.state == "open",
+        or_(DriftFlag.pair_id == pair.id, DriftFlag.artifact_id.in_(artifact_ids)),
+    )
+    return list(session.scalars(stmt.order_by(DriftFlag.id)))
+
+
+def _divergence_gate(policy: dict[str, Any], m: Measurement) -> GateResult:
+    lossy = policy["lossy"]
+    cats = set(lossy["adversarial_categories"])
+    n = int(lossy["first_tokens"])
+    rows = [p for p in m.prompts if p.get("category") in cats]
+    required = f"<= {lossy['max_divergence_rate']:.4f} diverging in first {n} tokens"
+    if not rows:
+        return GateResult(
+            name="lossy.adversarial",
+            required=required,
+            measured="no prompts",
+            passed=False,
+            detail="the suite has no prompts in " + ", ".join(sorted(cats)),
+        )
+    if any("divergence_at" not in p for p in rows):
+        return GateResult(
+            name="lossy.adversarial",
+            required=required,
+            measured="no divergence data",
+            passed=False,
+            detail="the measurement did not compare outputs with plain greedy",
+        )
+    diverged = sum(1 for p in rows if p["divergence_at"] is not None and p["divergence_at"] < n)
+    rate = diverged / len(rows)
+    return GateResult(
+        name="lossy.adversarial",
+        required=required,
+        measured=f"{rate:.4f} ({diverged}/{len(rows)})",
+        passed=rate <= lossy["max_divergence_rate"],
+    )
+
+
+def baseline_measurement(
+    session: Session, deployment: Deployment | None, pair: Pair, policy: Policy
+) -> Measurement | None:
+    """The measurement behind the live pair's latest passing validation under this policy."""
+    if deployment is None or deployment.current_pair_id in (None, pair.id):
+        return None
+    val = session.scalar(
+        select(Validation)
+        .where(
+            Validation.pair_id == deployment.current_pair_id,
+            Validation.policy_name == policy.name,
+            Validation.passed.is_(True),
+        )
+        .order_by(Validation.id.desc())
+        .limit(1)
+    )
+    if val is None or val.measurement_id is None:
+        return None
+    return session.get(Measurement, val.measurement_id)
+
+
+def evaluate_gates(
+    session: Session,
+    pair: Pair,
+    policy: Policy,
+    m: Measurement,
+    *,
+    baseline: Measurement | None = None,
+) -> list[GateResult]:
+    p = policy.parsed
+    gates: list[GateResult] = []
+    gates.append(
+        GateResult(
+            name="alpha.overall",
+            required=f">= {p['alpha']['min_overall']:.4f}",
+            measured=_fmt(m.alpha),
+            passed=m.alpha is not None and m.alpha >= p["alpha"]["min_overall"],
+        )
+    )
+    wanted = p["suite"]["categories"] or sorted(m.categories)
+    for cat in wanted:
+        floor = category_floor(p, cat)
+        alpha = (m.categories.get(cat) or {}).get("alpha")
+        gates.append(
+            GateResult(
+                name=f"alpha.{cat}",
+                required=f">= {floor:.4f}",
+                measured=_fmt(alpha),
+                passed=alpha is not None and alpha >= floor,
+                detail=None if cat in m.categories else "category missing from the measurement",
+            )
+        )
+    if baseline is not None:
+        drop = None if m.alpha is None or baseline.alpha is None else baseline.alpha - m.alpha
+        gates.append(
+            GateResult(
+                name="alpha.max_drop",
+                required=f"drop <= {p['alpha']['max_drop']:.4f}",
+                measured=_fmt(drop),
+                passed=drop is not None and drop <= p["alpha"]["max_drop"],
+                detail=f"against measurement {baseline.id} of the live pair",
+            )
+        )
+    if p["lossy"]["allowed"]:
+        gates.append(
+            GateResult(
+                name="lossless",
+                required="strict or an allowed lossy rule",
+                measured="lossy" if pair.lossy else "lossless",
+                passed=True,
+            )
+        )
+        if pair.lossy:
+            gates.append(_divergence_gate(p, m))
+    else:
+        gates.append(
+            GateResult(
+                name="lossless",
+                required="lossless (strict acceptance)",
+                measured="lossy" if pair.lossy else "lossless",
+                passed=not pair.lossy,
+            )
+        )
+    required = list(p["provenance"]["required"])
+    if required:
+        missing = [f"target.{f}" for f in required if not (pair.target.provenance or {}).get(f)]
+        if pair.drafter is not None:
+            missing += [
+                f"drafter.{f}" for f in required if not (pair.drafter.provenance or {}).get(f)
+            ]
+        gates.append(
+            GateResult(
+                name="provenance",
+                required=", ".join(required),
+                measured="complete" if not missing else "missing " + ", ".join(missing),
+                passed=not missing,
+            )
+        )
+    if p["drafter"]["declared_target_must_match"]:
+        mismatch = [w for w in pair.warnings if w.startswith(DECLARED_TARGET_WARNING)]
+        gates.append(
+            GateResult(
+                name="declared_target",
+                required="drafter names this target",
+                measured="mismatch" if mismatch else "match",
+                passed=not mismatch,
+                detail=mismatch[0] if mismatch else None,
+            )
+        )
+    flags = open_flags(session, pair)
+    gates.append(
+        GateResult(
+            name="flags",
+            required="no open drift or integrity flag",
+            measured="none" if not flags else ", ".join(f"#{f.id} {f.kind}" for f in flags),
+            passed=not flags,
+            detail="; ".join(f.summary for f in flags) or None,
+        )
+    )
+    return gates
+
+
+def to_record(row: Validation, pair_digest: str) -> ValidationRecord:
+    return ValidationRecord(
+        id=row.id,
+        pair_id=row.pair_id,
+        pair_digest=pair_digest,
+        policy_name=row.policy_name,
+        policy_digest=row.policy_digest,
+        measurement_id=row.measurement_id,
+        deployment=row.deployment,
+        gates=[GateResult(**g) for g in row.gates],
+        passed=row.passed,
+        mlflow_run_id=row.mlflow_run_id,
+        actor=row.actor,
+        created_at=row.created_at,
+    )
+
+
+def record_validation(
+    session: Session,
+    pair: Pair,
+    policy: Policy,
+    m: Measurement,
+    *,
+    deployment: Deployment | None,
+    actor: str,
+) -> Validation:
+    gates = evaluate_gates(
+        session, pair, policy, m, baseline=baseline_measurement(session, deployment, pair, policy)
+    )
+    passed = all(g.passed for g in gates)
+    row = Validation(
+        pair_id=pair.id,
+        policy_id=policy.id,
+        policy_name=policy.name,
+        policy_digest=policy.digest,
+        measurement_id=m.id,
+        deployment=deployment.name if deployment else None,
+        gates=[g.model_dump() for g in gates],
+        passed=passed,
+        actor=actor,
+    )
+    session.add(row)
+    session.flush()
+    append_event(
+        session,
+        actor=actor,
+        action="pair.validation",
+        entity_type="pair",
+        entity_id=pair.id,
+        payload={
+            "validation_id": row.id,
+            "pair_digest": pair.pair_digest,
+            "policy": policy.name,
+            "policy_digest": policy.digest,
+            "measurement_id": m.id,
+            "passed": passed,
+            "failed_gates": [g.name for g in gates if not g.passed],
+        },
+    )
+    if passed and pair.status in ("registered", "drifted"):
+        set_pair_status(
+            session,
+            pair,
+            "validated",
+            actor=actor,
+            reason=f"passed policy {policy.name} (validation {row.id})",
+        )
+    if passed:
+        from registry.services.drift import resolve_by_retrained  # drift imports this module
+
+        resolve_by_retrained(session, pair, row.id, actor)
+    return row
+
+
+def _deployment(session: Session, name: str | None) -> Deployment | None:
+    if not name:
+        return None
+    dep = session.scalar(select(Deployment).where(Deployment.name == name))
+    if dep is None:
+        raise NotFound(f"no deployment named {name}", field="deployment")
+    return dep
+
+
+def measure_job_args(
+    pair: Pair,
+    policy: Policy,
+    settings: dict[str, Any],
+    *,
+    runner_version: str | None,
+    suite_digest: str | None,
+    validate: dict[str, Any] | None = None,
+    drift: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    suite = policy.parsed["suite"]
+    return {
+        "pair_id": pair.id,
+        "pair_digest": pair.pair_digest,
+        "suite_name": suite["name"],
+        "categories": list(suite["categories"]),
+        "prompts_per_category": suite["prompts_per_category"],
+        "settings": settings,
+        "runner_version": runner_version,
+        "suite_digest": suite_digest,
+        "policy": policy.name,
+        "validate": validate,
+        "drift": drift,
+    }
+
+
+def measure_key(pair: Pair, args: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "pair": pair.pair_digest,
+        "suite": args["suite_name"],
+        "categories": args["categories"],
+        "prompts_per_category": args["prompts_per_category"],
+        "settings": args["settings"],
+        "runner_version": args["runner_version"],
+        "suite_digest": args["suite_digest"],
+        "purpose": "drift" if args.get("drift") else "validate",
+        "policy": args["policy"],
+    }
+
+
+@operation
+def validate_pair(
+    session: Session,
+    *,
+    ref: str,
+    policy: str | None = None,
+    policy_text: str | None = None,
+    deployment: str | None = None,
+    runner_version: str | None = None,
+    suite_digest: str | None = None,
+    device: str | None = None,
+    actor: str,
+) -> ValidateResult:
+    """Validate now from a matching stored measurement, or queue the measurement job.
+
+    The policy is ``policy_text`` (stored first), else ``policy`` by name, else the
+    deployment's policy, else ``default``. ``runner_version``/``suite_digest`` name what the
+    caller's runner would measure with; when given, only a measurement that matches them is
+    reused.
+    """
+    pair = resolve_pair(session, ref)
+    dep = _deployment(session, deployment)
+    if policy_text is not None:
+        pol, _ = store_policy(session, policy_text, None, actor)
+    else:
+        pol = load_policy(session, policy or (dep.policy_name if dep else "default"), actor=actor)
+    if dep is not None and dep.policy_name != pol.name:
+        raise InvalidInput(
+            f"deployment {dep.name} enforces policy {dep.policy_name}, not {pol.name}",
+            field="policy",
+        )
+    settings = measurement_settings(pair.config, pol.parsed["suite"])
+    m = find_reusable(
+        session,
+        pair,
+        suite_name=pol.parsed["suite"]["name"],
+        settings=settings,
+        suite_digest=suite_digest,
+        runner_version=runner_version,
+    )
+    if m is not None:
+        val = record_validation(session, pair, pol, m, deployment=dep, actor=actor)
+        return ValidateResult(
+            state="done", validation=to_record(val, pair.pair_digest), pair_status=pair.status
+        )
+    args = measure_job_args(
+        pair,
+        pol,
+        settings,
+        runner_version=runner_version,
+        suite_digest=suite_digest,
+        validate={"policy": pol.name, "deployment": deployment},
+    )
+    job, _ = jobs_service.enqueue(
+        session,
+        kind="measure",
+        args=args,
+        key_material=measure_key(pair, args),
+        actor=actor,
+        device=device,
+    )
+    return ValidateResult(state="queued", job=jobs_service.to_record(job), pair_status=pair.status)
+
+
+def _complete_measure(
+    session: Session, job: Job, result: dict[str, Any], actor: str
+) -> dict[str, Any]:
+    """A measure job finished: store the numbers, then its follow-ups (drift, validation)."""
+    from registry.services import drift as drift_service  # drift imports this module
+
+    args = job.args
+    pair = session.get(Pair, args["pair_id"])
+    if pair is None:
+        raise NotFound(f"job {job.id}: pair {args['pair_id']} no longer exists")
+    for key in ("result", "suite_digest", "runner_version"):
+        if key not in result:
+            raise InvalidInput(f"job result lacks {key!r}", field=key)
+    m = insert_measurement(
+        session,
+        pair=pair,
+        suite_name=args["suite_name"],
+        suite_digest=result["suite_digest"],
+        settings=result.get("settings") or args["settings"],
+        runner_version=result["runner_version"],
+        result=result["result"],
+        mlflow_run_id=result.get("mlflow_run_id"),
+        device=result.get("device"),
+        job_id=job.id,
+        actor=actor,
+    )
+    outcome: dict[str, Any] = {"measurement_id": m.id, "alpha": m.alpha}
+    if args.get("drift"):
+        check = drift_service.compare_for_drift(
+            session,
+            candidate=pair,
+            candidate_measurement=m,
+            baseline_measurement_id=int(args["drift"]["baseline_measurement_id"]),
+            policy_name=args["policy"],
+            teacher_forced=result.get("teacher_forced"),
+            actor=actor,
+        )
+        outcome["flag_id"] = check.flag.id if check.flag else None
+    follow = args.get("validate") or (
+        {"policy": args["policy"], "deployment": None} if args.get("drift") else None
+    )
+    if follow:
+        pol = load_policy(session, follow["policy"], actor=actor)
+        dep = _deployment(session, follow.get("deployment"))
+        val = record_validation(session, pair, pol, m, deployment=dep, actor=actor)
+        outcome["validation_id"] = val.id
+        outcome["passed"] = val.passed
+    return outcome
+
+
+jobs_service.COMPLETION_HANDLERS["measure"] = _complete_measure
+
+
+@operation
+def get_validation(session: Session, *, id: int) -> ValidationRecord:
+    row = session.get(Validation, id)
+    if row is None:
+        raise NotFound(f"no validation with id {id}", field="id")
+    pair = session.get(Pair, row.pair_id)
+    assert pair is not None
+    return to_record(row, pair.pair_digest)
+
+
+@operation
+def set_validation_run(
+    session: Session, *, id: int, mlflow_run_id: str, actor: str
+) -> ValidationRecord:
+    """Attach the MLflow run the CLI/worker logged for a validation (once)."""
+    row = session.get(Validation, id)
+    if row is None:
+        raise NotFound(f"no validation with id {id}", field="id")
+    if row.mlflow_run_id and row.mlflow_run_id != mlflow_run_id:
+        raise InvalidInput(
+            f"validation {id} already has MLflow run {row.mlflow_run_id}", field="mlflow_run_id"
+        )
+    row.mlflow_run_id = mlflow_run_id
+    append_event(
+        session,
+        actor=actor,
+        action="validation.mlflow_run",
+        entity_type="validation",
+        entity_id=id,
+        payload={"mlflow_run_id": mlflow_run_id},
+    )
+    pair = session.get(Pair, row.pair_id)
+    assert pair is not None
+    return to_record(row, pair.pair_digest)
+
+
+@operation
+def list_validations(
+    session: Session,
+    *,
+    pair: str | None = None,
+    policy: str | None = None,
+    cursor: str | None = None,
+    limit: int = 100,
+) -> Page[ValidationRecord]:
+    stmt = select(Validation)
+    if pair:
+        stmt = stmt.where(Validation.pair_id == resolve_pair(session, pair).id)
+    if policy:
+        stmt = stmt.where(Validation.policy_name == policy)
+    rows, next_cursor = page_query(session, stmt, Validation.id, cursor, limit)
+    digests = {
+        p.id: p.pair_digest
+        for p in session.scalars(select(Pair).where(Pair.id.in_({r.pair_id for r in rows})))
+    }
+    return Page[ValidationRecord](
+        items=[to_record(r, digests[r.pair_id]) for r in rows], next_cursor=next_cursor
+    )
