@@ -36,7 +36,10 @@ def cli(
 ) -> Callable[..., CliResult]:
     """Run ``pairreg ARGS`` through ``cli.main.main`` (the console script's function), so the
     exit code and the one-line error are exactly what a user sees."""
+    from cli import render
     from cli.main import main
+
+    monkeypatch.setattr(render.console, "width", 250)  # tables unwrapped, one row per line
 
     def run(*args: str) -> CliResult:
         capsys.readouterr()
@@ -70,7 +73,9 @@ def audit_actions(url: str) -> list[str]:
 def audit_events(url: str, action: str) -> list[AuditEvent]:
     with session_scope(url) as s:
         rows = list(
-            s.scalars(select(AuditEvent).where(AuditEvent.action == action).order_by(AuditEvent.seq))
+            s.scalars(
+                select(AuditEvent).where(AuditEvent.action == action).order_by(AuditEvent.seq)
+            )
         )
         s.expunge_all()
         return rows

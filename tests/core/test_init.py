@@ -52,9 +52,7 @@ def test_init_creates_home_and_is_idempotent(
     assert current["current"] == current["head"] and current["up_to_date"] is True
 
 
-def test_commands_refuse_out_of_date_schema(
-    home: Settings, cli: Callable[..., CliResult]
-) -> None:
+def test_commands_refuse_out_of_date_schema(home: Settings, cli: Callable[..., CliResult]) -> None:
     db.downgrade(home.db_url, "base")
     for args in (("artifact", "list"), ("pair", "list", "--json")):
         res = cli(*args)
