@@ -177,9 +177,16 @@ def test_provenance_stored_missing_named_and_trained_against_resolved(
     assert by_prefix["artifact"]["provenance"]["trained_against"] == target["manifest_digest"]
     before = counts(url)
     bad = cli(
-        "artifact", "add", str(models["t2"]), "--name", "acme/x", "--role", "draft",
-        "--trained-against", "acme/t@v9",
-    )  # fmt: skip
+        "artifact",
+        "add",
+        str(models["t2"]),
+        "--name",
+        "acme/x",
+        "--role",
+        "draft",
+        "--trained-against",
+        "acme/t@v9",
+    )
     assert bad.rc == 2 and "acme/t@v9" in bad.err and counts(url) == before
 
 

@@ -90,9 +90,11 @@ def test_hub_offline_from_cache_and_verify_snapshot(
     commit = hub_server.add_repo("org/full", repo_files())
     hub_server.add_repo("org/part", repo_files(b"partial weights"))
     snapshot_download(
-        "org/full", revision="main", cache_dir=str(hub_server.cache_dir),
+        "org/full",
+        revision="main",
+        cache_dir=str(hub_server.cache_dir),
         endpoint=hub_server.endpoint,
-    )  # fmt: skip
+    )
     full = hf_add(cli, "hf://org/full@main", "acme/full")["artifact"]
     snapshot = hub.repo_cache_dir("org/full", hub_server.cache_dir) / "snapshots" / commit
     assert full["local_path"] == str(snapshot)
@@ -110,10 +112,17 @@ def test_hub_offline_from_cache_and_verify_snapshot(
     partial = hf_add(cli, "hf://org/part", "acme/part")
     assert partial["created"] is False and partial["artifact"]["id"] == part["id"]
     assert counts(url) == before
-    refused(url, lambda: cli("artifact", "add", "hf://org/part", "--name", "acme/other",
-                             "--role", "target"), "incomplete", "hf download")  # fmt: skip
-    refused(url, lambda: cli("artifact", "add", "hf://org/never", "--name", "acme/n",
-                             "--role", "target"), "offline")  # fmt: skip
+    refused(
+        url,
+        lambda: cli("artifact", "add", "hf://org/part", "--name", "acme/other", "--role", "target"),
+        "incomplete",
+        "hf download",
+    )
+    refused(
+        url,
+        lambda: cli("artifact", "add", "hf://org/never", "--name", "acme/n", "--role", "target"),
+        "offline",
+    )
     assert len(hub_server.requests) == seen, "offline must not touch the network"
 
     # Corrupt a cached blob: verify lists it and exits 1.
@@ -133,14 +142,20 @@ def test_hub_errors_one_line_nothing_written(
         ("hf://org/repo/extra", "namespace"),
         ("hf://org/re po", "whitespace"),
     ]:
-        refused(url, lambda ref=ref: cli("artifact", "add", ref, "--name", "acme/t", "--role",
-                                         "target"), needle)  # fmt: skip
+        refused(
+            url,
+            lambda ref=ref: cli("artifact", "add", ref, "--name", "acme/t", "--role", "target"),
+            needle,
+        )
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
-    refused(url, lambda: cli("artifact", "add", "hf://org/repo", "--name", "acme/t", "--role",
-                             "target"), "cannot reach")  # fmt: skip
+    refused(
+        url,
+        lambda: cli("artifact", "add", "hf://org/repo", "--name", "acme/t", "--role", "target"),
+        "cannot reach",
+    )
 
 
 def test_hub_error_mapping() -> None:

@@ -48,8 +48,19 @@ def test_equivalent_tokenizers_same_vocab_digest_and_pair_accepted(
     assert (target / "tokenizer.json").read_bytes() != (draft / "tokenizer.json").read_bytes()
     assert t["tokenizer_digest"] != d["tokenizer_digest"]
     assert t["vocab_digest"] == d["vocab_digest"] and t["vocab_size"] == d["vocab_size"] == 258
-    pair = ok(register(cli, "--target", "acme/t@v1", "--draft", "acme/d@v1", "--method",
-                       "draft_model", "--k", "4"))["pair"]  # fmt: skip
+    pair = ok(
+        register(
+            cli,
+            "--target",
+            "acme/t@v1",
+            "--draft",
+            "acme/d@v1",
+            "--method",
+            "draft_model",
+            "--k",
+            "4",
+        )
+    )["pair"]
     assert pair["warnings"] == [] and pair["status"] == "registered"
 
     # A different vocabulary is refused for draft_model.
@@ -71,7 +82,7 @@ def test_equivalent_tokenizers_same_vocab_digest_and_pair_accepted(
             "draft_model",
             "--k",
             "4",
-        ),  # fmt: skip
+        ),
         "vocabulary mismatch",
     )
 
@@ -120,7 +131,7 @@ def test_config_normalised_digest_recomputable_and_idempotent(
             "engine=vllm",
             "--set",
             "acceptance=strict",
-        )  # fmt: skip
+        )
     )
     assert again["created"] is False and again["pair"]["id"] == pair["id"]
     assert counts(url) == before
@@ -128,8 +139,9 @@ def test_config_normalised_digest_recomputable_and_idempotent(
     assert len(events) == 1 and json.loads(events[0].payload)["pair_digest"] == pair["pair_digest"]
 
     # Any change of config is another pair.
-    other = ok(register(cli, *base[:-1], "5", "--set", "engine=vllm",
-                        "--set", "engine_version=0.10"))  # fmt: skip
+    other = ok(
+        register(cli, *base[:-1], "5", "--set", "engine=vllm", "--set", "engine_version=0.10")
+    )
     assert other["created"] is True and other["pair"]["pair_digest"] != pair["pair_digest"]
 
 
@@ -141,41 +153,122 @@ def test_compatibility_checks(
     add(cli, models["draft"], "acme/d", "draft", "--trained-against", "acme/t@v1")
     add(cli, models["heads"], "acme/h", "heads")
     add(cli, models["heads_wide"], "acme/hw", "heads")
-    narrow_vocab = write_fake_model(models["heads"].parent / "hv", vocab_size=300, weights=b"hv",
-                                    tokenizer=False)  # fmt: skip
+    narrow_vocab = write_fake_model(
+        models["heads"].parent / "hv", vocab_size=300, weights=b"hv", tokenizer=False
+    )
     add(cli, narrow_vocab, "acme/hv", "heads")
 
-    heads = ok(register(cli, "--target", "acme/t@v1", "--draft", "acme/h@v1", "--method",
-                        "medusa", "--k", "3"))["pair"]  # fmt: skip
+    heads = ok(
+        register(
+            cli, "--target", "acme/t@v1", "--draft", "acme/h@v1", "--method", "medusa", "--k", "3"
+        )
+    )["pair"]
     assert heads["warnings"] == [] and heads["drafter"]["facts"]["medusa_num_heads"] == 3
-    refused(url, lambda: register(cli, "--target", "acme/t@v1", "--draft", "acme/hw@v1",
-                                  "--method", "medusa", "--k", "3"),
-            "hidden size mismatch", "128", "64")  # fmt: skip
-    refused(url, lambda: register(cli, "--target", "acme/t@v1", "--draft", "acme/hv@v1",
-                                  "--method", "eagle", "--k", "3"),
-            "vocabulary size mismatch", "300", "258")  # fmt: skip
-    refused(url, lambda: register(cli, "--target", "acme/t@v1", "--draft", "acme/d@v1",
-                                  "--method", "prompt_lookup", "--k", "3"),
-            "prompt_lookup uses no drafter")  # fmt: skip
-    refused(url, lambda: register(cli, "--target", "acme/t@v1", "--method", "medusa", "--k", "3"),
-            "needs a drafter")  # fmt: skip
-    refused(url, lambda: register(cli, "--target", "acme/d@v1", "--method", "prompt_lookup",
-                                  "--k", "3"), "has role draft")  # fmt: skip
+    refused(
+        url,
+        lambda: register(
+            cli, "--target", "acme/t@v1", "--draft", "acme/hw@v1", "--method", "medusa", "--k", "3"
+        ),
+        "hidden size mismatch",
+        "128",
+        "64",
+    )
+    refused(
+        url,
+        lambda: register(
+            cli, "--target", "acme/t@v1", "--draft", "acme/hv@v1", "--method", "eagle", "--k", "3"
+        ),
+        "vocabulary size mismatch",
+        "300",
+        "258",
+    )
+    refused(
+        url,
+        lambda: register(
+            cli,
+            "--target",
+            "acme/t@v1",
+            "--draft",
+            "acme/d@v1",
+            "--method",
+            "prompt_lookup",
+            "--k",
+            "3",
+        ),
+        "prompt_lookup uses no drafter",
+    )
+    refused(
+        url,
+        lambda: register(cli, "--target", "acme/t@v1", "--method", "medusa", "--k", "3"),
+        "needs a drafter",
+    )
+    refused(
+        url,
+        lambda: register(cli, "--target", "acme/d@v1", "--method", "prompt_lookup", "--k", "3"),
+        "has role draft",
+    )
 
-    pl = ok(register(cli, "--target", "acme/t@v1", "--method", "prompt_lookup", "--k", "3",
-                     "--set", "prompt_lookup_max=4"))["pair"]  # fmt: skip
+    pl = ok(
+        register(
+            cli,
+            "--target",
+            "acme/t@v1",
+            "--method",
+            "prompt_lookup",
+            "--k",
+            "3",
+            "--set",
+            "prompt_lookup_max=4",
+        )
+    )["pair"]
     assert pl["drafter"] is None
     assert pl["config"]["prompt_lookup_max"] == 4 and pl["config"]["prompt_lookup_min"] == 1
 
     # The draft was trained against v1: v1 is clean, v2 is a warning, --strict an error.
-    clean = ok(register(cli, "--target", "acme/t@v1", "--draft", "acme/d@v1", "--method",
-                        "draft_model", "--k", "4"))["pair"]  # fmt: skip
+    clean = ok(
+        register(
+            cli,
+            "--target",
+            "acme/t@v1",
+            "--draft",
+            "acme/d@v1",
+            "--method",
+            "draft_model",
+            "--k",
+            "4",
+        )
+    )["pair"]
     assert clean["warnings"] == []
-    refused(url, lambda: cli("pair", "register", "--target", "acme/t@v2", "--draft", "acme/d@v1",
-                             "--method", "draft_model", "--k", "4", "--strict"),
-            "(strict) drafter declares intended target")  # fmt: skip
-    moved = ok(register(cli, "--target", "acme/t@v2", "--draft", "acme/d@v1", "--method",
-                        "draft_model", "--k", "4"))["pair"]  # fmt: skip
+    refused(
+        url,
+        lambda: cli(
+            "pair",
+            "register",
+            "--target",
+            "acme/t@v2",
+            "--draft",
+            "acme/d@v1",
+            "--method",
+            "draft_model",
+            "--k",
+            "4",
+            "--strict",
+        ),
+        "(strict) drafter declares intended target",
+    )
+    moved = ok(
+        register(
+            cli,
+            "--target",
+            "acme/t@v2",
+            "--draft",
+            "acme/d@v1",
+            "--method",
+            "draft_model",
+            "--k",
+            "4",
+        )
+    )["pair"]
     assert len(moved["warnings"]) == 1
     assert "declares intended target" in moved["warnings"][0]
     assert "acme/t@v2" in moved["warnings"][0]
@@ -183,11 +276,26 @@ def test_compatibility_checks(
     assert human.rc == 0 and "declares intended target" in human.out
 
     # A declaration in config.json naming another model is a warning too.
-    named = write_fake_model(models["draft"].parent / "named", hidden_size=32, weights=b"n",
-                             config_extra={"base_model_name_or_path": "other/model"})  # fmt: skip
+    named = write_fake_model(
+        models["draft"].parent / "named",
+        hidden_size=32,
+        weights=b"n",
+        config_extra={"base_model_name_or_path": "other/model"},
+    )
     add(cli, named, "acme/named", "draft")
-    res = ok(register(cli, "--target", "acme/t@v1", "--draft", "acme/named@v1", "--method",
-                      "draft_model", "--k", "4"))["pair"]  # fmt: skip
+    res = ok(
+        register(
+            cli,
+            "--target",
+            "acme/t@v1",
+            "--draft",
+            "acme/named@v1",
+            "--method",
+            "draft_model",
+            "--k",
+            "4",
+        )
+    )["pair"]
     assert res["warnings"] and "other/model" in res["warnings"][0]
 
 
@@ -197,18 +305,55 @@ def test_lossy_pairs_and_list_filters(
     add(cli, models["t1"], "acme/t", "target")
     add(cli, models["t2"], "acme/t", "target")
     add(cli, models["draft"], "acme/d", "draft")
-    strict = ok(register(cli, "--target", "acme/t@v1", "--draft", "acme/d@v1", "--method",
-                         "draft_model", "--k", "4"))["pair"]  # fmt: skip
-    lossy = ok(register(cli, "--target", "acme/t@v1", "--draft", "acme/d@v1", "--method",
-                        "draft_model", "--k", "4", "--set", "acceptance=typical"))["pair"]  # fmt: skip
+    strict = ok(
+        register(
+            cli,
+            "--target",
+            "acme/t@v1",
+            "--draft",
+            "acme/d@v1",
+            "--method",
+            "draft_model",
+            "--k",
+            "4",
+        )
+    )["pair"]
+    lossy = ok(
+        register(
+            cli,
+            "--target",
+            "acme/t@v1",
+            "--draft",
+            "acme/d@v1",
+            "--method",
+            "draft_model",
+            "--k",
+            "4",
+            "--set",
+            "acceptance=typical",
+        )
+    )["pair"]
     assert lossy["lossy"] is True and strict["lossy"] is False
     assert lossy["config"]["typical_epsilon"] == 0.09
     assert lossy["config"]["typical_delta"] == 0.3
     assert lossy["config"]["strict_prefix_tokens"] == 0
-    refused(url, lambda: register(cli, "--target", "acme/t@v1", "--draft", "acme/d@v1",
-                                  "--method", "draft_model", "--k", "4",
-                                  "--set", "typical_epsilon=0.1"),
-            "unknown config key 'typical_epsilon'")  # fmt: skip
+    refused(
+        url,
+        lambda: register(
+            cli,
+            "--target",
+            "acme/t@v1",
+            "--draft",
+            "acme/d@v1",
+            "--method",
+            "draft_model",
+            "--k",
+            "4",
+            "--set",
+            "typical_epsilon=0.1",
+        ),
+        "unknown config key 'typical_epsilon'",
+    )
     pl = ok(register(cli, "--target", "acme/t@v2", "--method", "prompt_lookup", "--k", "2"))["pair"]
 
     shown = cli("pair", "show", str(lossy["id"]))

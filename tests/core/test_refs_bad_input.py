@@ -33,8 +33,19 @@ def test_artifact_and_pair_references(
     ]:
         got = ok(cli("artifact", "show", ref, "--json"))
         assert got["id"] == want["id"], ref
-    pair = ok(cli("pair", "register", "--target", v1["manifest_digest"][:14], "--method",
-                  "prompt_lookup", "--k", "2", "--json"))["pair"]  # fmt: skip
+    pair = ok(
+        cli(
+            "pair",
+            "register",
+            "--target",
+            v1["manifest_digest"][:14],
+            "--method",
+            "prompt_lookup",
+            "--k",
+            "2",
+            "--json",
+        )
+    )["pair"]
     assert pair["target"]["id"] == v1["id"]
     for ref in (str(pair["id"]), pair["pair_digest"][:12], pair["pair_digest"]):
         assert ok(cli("pair", "show", ref, "--json"))["id"] == pair["id"]
@@ -65,8 +76,19 @@ def test_artifact_and_pair_references(
         "ambiguous",
     )
     assert ok(cli("artifact", "show", v1["manifest_digest"][:13], "--json"))["id"] == v1["id"]
-    other = ok(cli("pair", "register", "--target", "acme/t@v1", "--method", "prompt_lookup",
-                   "--k", "3", "--json"))["pair"]  # fmt: skip
+    other = ok(
+        cli(
+            "pair",
+            "register",
+            "--target",
+            "acme/t@v1",
+            "--method",
+            "prompt_lookup",
+            "--k",
+            "3",
+            "--json",
+        )
+    )["pair"]
     with session_scope(url) as s:
         s.execute(
             update(Pair)
@@ -130,7 +152,7 @@ def test_bad_sources_exit_2_and_write_nothing(
             home.db_url,
             lambda key=key: cli(
                 "artifact", "add", bad_sources[key], "--name", "acme/x", "--role", "target"
-            ),  # fmt: skip
+            ),
             needle,
         )
 
@@ -147,15 +169,15 @@ def test_bad_options_exit_2_and_write_nothing(
         (
             ("artifact", "add", m, "--name", "x/y", "--role", "target", "--attestation", "noeq"),
             "expected key=value",
-        ),  # fmt: skip
+        ),
         (
             ("pair", "register", "--target", "acme/t@v1", "--method", "beam", "--k", "3"),
             "method must be one of",
-        ),  # fmt: skip
+        ),
         (
             ("pair", "register", "--target", "acme/t@v1", "--method", "prompt_lookup", "--k", "0"),
             "k (num_speculative_tokens)",
-        ),  # fmt: skip
+        ),
         (
             (
                 "pair",
@@ -170,7 +192,7 @@ def test_bad_options_exit_2_and_write_nothing(
                 "colour=blue",
             ),
             "unknown config key 'colour'",
-        ),  # fmt: skip
+        ),
         (
             (
                 "pair",
@@ -185,7 +207,7 @@ def test_bad_options_exit_2_and_write_nothing(
                 "prompt_lookup_min=5",
             ),
             "prompt_lookup_min must not exceed",
-        ),  # fmt: skip
+        ),
         (
             (
                 "pair",
@@ -200,7 +222,7 @@ def test_bad_options_exit_2_and_write_nothing(
                 "dtype=int4",
             ),
             "dtype must be one of",
-        ),  # fmt: skip
+        ),
         (
             (
                 "pair",
@@ -215,7 +237,7 @@ def test_bad_options_exit_2_and_write_nothing(
                 "nokey",
             ),
             "expected key=value",
-        ),  # fmt: skip
+        ),
         (
             (
                 "pair",
@@ -230,11 +252,11 @@ def test_bad_options_exit_2_and_write_nothing(
                 "acceptance=greedy",
             ),
             "acceptance must be one of",
-        ),  # fmt: skip
+        ),
         (
             ("pair", "register", "--target", "abcdef", "--method", "prompt_lookup", "--k", "2"),
             "not a valid reference",
-        ),  # fmt: skip
+        ),
         (("artifact", "verify", "acme/t@v1", "--path", m + "/nope"), "is not a directory"),
         (("artifact", "list", "--role", "tokenizer"), "role must be one of"),
         (("pair", "list", "--method", "beam"), "method must be one of"),
