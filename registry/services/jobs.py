@@ -130,9 +130,13 @@ def claim_job(
     device: str | None = None,
     kinds: list[str] | None = None,
     lease_seconds: int = DEFAULT_LEASE_S,
+    id: int | None = None,
     actor: str,
 ) -> JobRecord | None:
-    """Take the oldest claimable job (queued, or running with an expired lease), or None."""
+    """Take the oldest claimable job (queued, or running with an expired lease), or None.
+
+    ``id`` claims that job only (the CLI runs the job it just queued), if it is claimable.
+    """
     if not worker:
         raise InvalidInput("worker must name the worker", field="worker")
     if not 1 <= lease_seconds <= 3600:
@@ -142,6 +146,8 @@ def claim_job(
         stmt = select(Job).where(_claimable(now))
         if kinds:
             stmt = stmt.where(Job.kind.in_(kinds))
+        if id is not None:
+            stmt = stmt.where(Job.id == id)
         if device:
             stmt = stmt.where(or_(Job.device.is_(None), Job.device == device))
         stmt = stmt.order_by(Job.id).limit(1)
