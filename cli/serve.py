@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import typer
 
 from cli.render import console
@@ -24,6 +26,12 @@ def serve(
     console.print(f"pairreg API on http://{host}:{port}  (docs: http://{host}:{port}/docs)")
     console.print(f"database: {report.database_url}")
     console.print(f"admin token: {report.credentials_path}")
+    if os.environ.get("PAIRREG_EMBEDDED_WORKER", "1") != "0":
+        # Measurement jobs run in this process unless a separate `pairreg worker` is used.
+        from cli.worker import start_background_worker
+
+        start_background_worker(settings)
+        console.print("background worker: on (PAIRREG_EMBEDDED_WORKER=0 turns it off)")
     uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
 
 
