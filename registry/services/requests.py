@@ -641,3 +641,34 @@ def list_requests(
             total=int(total), inconsistent=int(bad), input_tokens=int(tin), output_tokens=int(tout)
         ),
     )
+
+
+@operation
+def maintain_partitions(session: Session, *, ahead: int = 3) -> dict[str, Any]:
+    """PostgreSQL: create monthly tag partitions up to ``ahead`` months from now.
+
+    Rows that landed in the DEFAULT partition for a month created now are moved into it.
+    SQLite keeps one table and has nothing to do.
+    """
+    if not 0 <= ahead <= 120:
+        raise InvalidInput("ahead must be 0..120 months", field="ahead")
+    if session.get_bind().dialect.name != "postgresql":
+        return {
+            "created": [],
+            "partitions": [],
+            "default_rows": 0,
+            "detail": "SQLite stores request tags in one table: nothing to do",
+        }
+    from registry import tag_partitions
+
+    conn = session.connection()
+    created = tag_partitions.ensure_months(conn, before=0, ahead=ahead)
+    parts = tag_partitions.existing_partitions(conn)
+    default_rows = tag_partitions.default_partition_rows(conn)
+    return {
+        "created": created,
+        "partitions": parts,
+        "default_rows": default_rows,
+        "detail": f"created {len(created)} partition(s); {len(parts)} in all; "
+        f"{default_rows} row(s) in the default partition",
+    }

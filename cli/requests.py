@@ -1,0 +1,399 @@
+"""Request tagging, serving integrations and audit reconstruction commands.
+
+Adds ``pairreg export``, ``pairreg proxy``, ``pairreg telemetry``, ``pairreg requests`` and,
+on the ``audit`` sub-app, ``request``, ``requests``, ``bundle``, ``verify-bundle`` and
+``fetch-weights``. ``verify-bundle`` never touches a database or a server.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from cli.audit import _time
+from cli.audit import app as audit_app
+from cli.backend import get_backend
+from cli.render import console, kv, print_json, short, table
+from registry.errors import InvalidInput
+
+JSON = typer.Option(False, "--json", help="Machine-readable output.")
+
+export_app = typer.Typer(no_args_is_help=True, help="Serving-engine launch arguments.")
+telemetry_app = typer.Typer(no_args_is_help=True, help="Serving telemetry (vLLM metrics).")
+requests_app = typer.Typer(no_args_is_help=True, help="Request tags: ingest, partitions.")
+
+
+# --- export -----------------------------------------------------------------------------
+
+
+def _export(engine: str, deployment: str, json_out: bool) -> None:
+    result = get_backend().export_serving(deployment=deployment, engine=engine)
+    if json_out:
+        print_json(result)
+        return
+    print(result.command)
+
+
+@export_app.command("vllm")
+def export_vllm(
+    deployment: str = typer.Argument(..., help="Deployment whose live pair to serve."),
+    json_out: bool = JSON,
+) -> None:
+    """vLLM launch arguments: --model/--revision pinned, --speculative-config JSON."""
+    _export("vllm", deployment, json_out)
+
+
+@export_app.command("sglang")
+def export_sglang(
+    deployment: str = typer.Argument(..., help="Deployment whose live pair to serve."),
+    json_out: bool = JSON,
+) -> None:
+    """SGLang launch flags with the draft model's revision pinned."""
+    _export("sglang", deployment, json_out)
+
+
+# --- telemetry --------------------------------------------------------------------------
+
+
+def _show_telemetry(result: Any, json_out: bool) -> None:
+    if json_out:
+        print_json(result)
+        return
+    rate = "n/a" if result.online_acceptance is None else f"{result.online_acceptance:.4f}"
+    base = "n/a" if result.baseline_acceptance is None else f"{result.baseline_acceptance:.4f}"
+    console.print(
+        f"{result.deployment}: pair {short(result.pair_digest)} online acceptance {rate} over "
+        f"{result.window_drafted} draft tokens (baseline {base}, margin {result.margin})"
+        + (" [counters reset]" if result.reset else "")
+    )
+    if result.flagged:
+        console.print(f"[red]workload drift flag {result.flag_id} open[/]")
+
+
+@telemetry_app.command("scrape")
+def telemetry_scrape(
+    url: str = typer.Argument(..., help="The engine's /metrics URL."),
+    deployment: str = typer.Option(..., "--deployment", help="The deployment it serves."),
+    min_drafted: int = typer.Option(1000, help="Draft tokens needed before flagging."),
+    json_out: bool = JSON,
+) -> None:
+    """Scrape vLLM's Prometheus metrics once and store the spec-decode counter deltas."""
+    import httpx
+
+    try:
+        resp = httpx.get(url, timeout=30)
+        resp.raise_for_status()
+    except httpx.HTTPError as exc:
+        raise InvalidInput(f"cannot scrape {url}: {exc}", field="url") from exc
+    result = get_backend().ingest_prometheus(
+        deployment=deployment, text=resp.text, source=url, min_drafted=min_drafted
+    )
+    _show_telemetry(result, json_out)
+
+
+@telemetry_app.command("push")
+def telemetry_push(
+    file: Path = typer.Argument(..., help="A saved Prometheus text exposition."),
+    deployment: str = typer.Option(..., "--deployment"),
+    min_drafted: int = typer.Option(1000, help="Draft tokens needed before flagging."),
+    json_out: bool = JSON,
+) -> None:
+    """Store a saved scrape (same as ``scrape``, from a file)."""
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise InvalidInput(f"{file}: {exc}", field="file") from exc
+    result = get_backend().ingest_prometheus(
+        deployment=deployment, text=text, source=str(file), min_drafted=min_drafted
+    )
+    _show_telemetry(result, json_out)
+
+
+# --- requests ---------------------------------------------------------------------------
+
+
+@requests_app.command("ingest")
+def requests_ingest(
+    file: Path = typer.Argument(..., help="JSON Lines, one tag per line."),
+    batch: int = typer.Option(5000, help="Tags per call (at most 10000)."),
+    json_out: bool = JSON,
+) -> None:
+    """Ingest tags from a file (idempotent: re-running it changes nothing)."""
+    if not 1 <= batch <= 10_000:
+        raise InvalidInput("--batch must be 1..10000", field="batch")
+    try:
+        lines = [ln for ln in file.read_text().splitlines() if ln.strip()]
+        tags = [json.loads(ln) for ln in lines]
+    except (OSError, ValueError) as exc:
+        raise InvalidInput(f"{file}: {exc}", field="file") from exc
+    backend = get_backend()
+    totals = {"received": 0, "stored": 0, "duplicates": 0, "inconsistent": 0}
+    for i in range(0, len(tags), batch):
+        result = backend.ingest_requests(tags=tags[i : i + batch])
+        for key in totals:
+            totals[key] += getattr(result, key)
+    if json_out:
+        print_json(totals)
+        return
+    console.print(", ".join(f"{k} {v}" for k, v in totals.items()))
+
+
+@requests_app.command("partitions")
+def requests_partitions(
+    ahead: int = typer.Option(3, help="Months ahead to create."),
+    json_out: bool = JSON,
+) -> None:
+    """PostgreSQL: create the monthly tag partitions for the coming months (run monthly)."""
+    result = get_backend().maintain_partitions(ahead=ahead)
+    if json_out:
+        print_json(result)
+        return
+    console.print(result["detail"])
+
+
+# --- audit ------------------------------------------------------------------------------
+
+
+def _show_audit(a: Any) -> None:
+    t = a.tag
+    pair = a.pair
+    drafter = pair.get("drafter")
+    state = "consistent" if t.consistent else "[red]INCONSISTENT[/] (pair was not live then)"
+    rows: list[tuple[str, Any]] = [
+        ("request", t.request_id),
+        ("served at", t.served_at.isoformat()),
+        ("deployment", t.deployment),
+        ("pair digest", t.pair_digest + (" (filled in by the registry)" if t.pair_filled else "")),
+        ("consistency", state),
+        ("tokens", f"{t.input_tokens} in, {t.output_tokens} out"),
+        ("spec counters", t.spec or "none"),
+        ("tag digest", t.tag_digest),
+        ("target", f"{pair['target']['ref']} {pair['target']['source']}"),
+        ("target manifest", pair["target"]["manifest_digest"]),
+        (
+            "drafter",
+            f"{drafter['ref']} {drafter['source']}" if drafter else "none",
+        ),
+        ("config", pair["config"]),
+    ]
+    if a.deployment_event:
+        ev = a.deployment_event
+        rows.append(("made live by", f"{ev['action']} #{ev['seq']} at {ev['at']} by {ev['actor']}"))
+    else:
+        rows.append(("live then", a.live_pair_digest or "no pair"))
+    v = a.validation
+    rows.append(
+        (
+            "validation",
+            f"#{v['id']} policy {v['policy_name']} passed={v['passed']}" if v else "none recorded",
+        )
+    )
+    rows.append(
+        (
+            "open flags",
+            ", ".join(f"#{f['id']} {f['kind']} {f['severity']}" for f in a.open_flags) or "none",
+        )
+    )
+    rows.append(("ingest batch", f"#{a.batch['id']} audit event {a.batch['audit_seq']}"))
+    kv(f"request {t.request_id}", rows)
+
+
+@audit_app.command("request")
+def audit_request(
+    request_id: str = typer.Argument(..., help="The request id the serving stack used."),
+    json_out: bool = JSON,
+) -> None:
+    """Which pair served this request, with its artifacts, promotion, validation and flags."""
+    answer = get_backend().audit_request(request_id=request_id)
+    if json_out:
+        print_json(answer)
+        return
+    _show_audit(answer)
+
+
+@audit_app.command("requests")
+def audit_requests(
+    pair: str | None = typer.Option(None, help="Pair id or digest prefix."),
+    deployment: str | None = typer.Option(None, help="Deployment name."),
+    since: str | None = typer.Option(None, help="ISO-8601 time with timezone."),
+    until: str | None = typer.Option(None, help="ISO-8601 time with timezone."),
+    inconsistent: bool = typer.Option(False, "--inconsistent", help="Only inconsistent tags."),
+    limit: int = typer.Option(100, help="Page size."),
+    cursor: str | None = typer.Option(None, help="Cursor from a previous page."),
+    json_out: bool = JSON,
+) -> None:
+    """List tags, oldest first, with totals over the whole filter."""
+    page = get_backend().list_requests(
+        pair=pair,
+        deployment=deployment,
+        since=_time(since, "since"),
+        until=_time(until, "until"),
+        inconsistent=True if inconsistent else None,
+        limit=limit,
+        cursor=cursor,
+    )
+    if json_out:
+        print_json(page)
+        return
+    table(
+        "requests",
+        ["request", "served at", "deployment", "pair", "in", "out", "consistent"],
+        [
+            (
+                t.request_id,
+                f"{t.served_at:%Y-%m-%d %H:%M:%S}",
+                t.deployment,
+                short(t.pair_digest),
+                t.input_tokens,
+                t.output_tokens,
+                "yes" if t.consistent else "NO",
+            )
+            for t in page.items
+        ],
+    )
+    c = page.counts
+    console.print(
+        f"{c.total} tags ({c.inconsistent} inconsistent), "
+        f"{c.input_tokens} input / {c.output_tokens} output tokens"
+    )
+    if page.next_cursor:
+        console.print(f"more: --cursor {page.next_cursor}")
+
+
+@audit_app.command("bundle")
+def audit_bundle(
+    request_id: str = typer.Argument(...),
+    output: Path = typer.Option(..., "-o", "--output", help="Where to write the bundle."),
+) -> None:
+    """Write a self-contained, offline-verifiable JSON bundle for one request."""
+    bundle = get_backend().build_bundle(request_id=request_id)
+    output.write_text(json.dumps(bundle, indent=1, sort_keys=True) + "\n")
+    console.print(
+        f"bundle for {request_id} written to {output}: {len(bundle['chain']['events'])} audit "
+        f"events up to signed checkpoint {bundle['checkpoint']['seq']}"
+    )
+
+
+def _load_bundle(file: Path) -> dict[str, Any]:
+    try:
+        return json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        raise InvalidInput(f"{file}: {exc}", field="file") from exc
+
+
+@audit_app.command("verify-bundle")
+def audit_verify_bundle(
+    file: Path = typer.Argument(..., help="A bundle from `pairreg audit bundle`."),
+    weights: list[str] = typer.Option(
+        [], "--weights", help="A weights directory to re-hash ([target=|drafter=]DIR)."
+    ),
+    public_key: Path | None = typer.Option(
+        None, "--public-key", help="The registry's audit public key you trust (PEM)."
+    ),
+    json_out: bool = JSON,
+) -> None:
+    """Verify a bundle offline (no database, no server); exit 1 with the reason if it fails."""
+    from registry.bundle_verify import verify_bundle
+
+    trusted = None
+    if public_key is not None:
+        try:
+            trusted = public_key.read_text()
+        except OSError as exc:
+            raise InvalidInput(f"--public-key {public_key}: {exc}", field="public_key") from exc
+    report = verify_bundle(_load_bundle(file), weights=weights, trusted_public_key=trusted)
+    if json_out:
+        print_json(report.to_dict())
+    else:
+        for check in report.checks:
+            mark = "[green]ok[/]  " if check.ok else "[red]FAIL[/]"
+            console.print(f"{mark} {check.name}: {check.detail}", highlight=False)
+        console.print("bundle VERIFIED" if report.ok else "[red]bundle FAILED verification[/]")
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@audit_app.command("fetch-weights")
+def audit_fetch_weights(
+    file: Path = typer.Argument(..., help="A bundle from `pairreg audit bundle`."),
+    cache_dir: Path | None = typer.Option(None, help="Hugging Face cache directory."),
+    json_out: bool = JSON,
+) -> None:
+    """Download the exact Hub commits of the bundle's artifacts and re-hash them."""
+    from huggingface_hub import snapshot_download
+
+    from registry.manifest import build_manifest, compare_manifests
+
+    bundle = _load_bundle(file)
+    out = []
+    for role in ("target", "drafter"):
+        art = bundle["pair"].get(role)
+        if not art:
+            continue
+        if not art.get("hub_repo") or not art.get("hub_commit"):
+            raise InvalidInput(
+                f"{role} {art['ref']} has no Hub commit (source {art['source']})", field=role
+            )
+        try:
+            path = snapshot_download(
+                art["hub_repo"],
+                revision=art["hub_commit"],
+                cache_dir=str(cache_dir) if cache_dir else None,
+            )
+        except Exception as exc:  # noqa: BLE001 - the Hub client raises many kinds
+            raise InvalidInput(
+                f"cannot download {art['hub_repo']}@{art['hub_commit']}: {exc}", field=role
+            ) from exc
+        snap = Path(path)
+        diff = compare_manifests(
+            art["manifest"], build_manifest(snap, symlink_root=snap.parent.parent)
+        )
+        out.append({"role": role, "path": str(snap), "ok": diff.ok, **diff.to_dict()})
+    if json_out:
+        print_json(out)
+    else:
+        for item in out:
+            state = "matches its manifest" if item["ok"] else f"DIFFERS: {item}"
+            console.print(f"{item['role']}: {item['path']} {state}")
+    if not all(item["ok"] for item in out):
+        raise typer.Exit(1)
+
+
+# --- proxy ------------------------------------------------------------------------------
+
+
+def proxy(
+    deployment: str = typer.Option(..., "--deployment", help="The deployment behind the proxy."),
+    upstream: str = typer.Option(..., "--upstream", help="OpenAI-compatible server URL."),
+    host: str = typer.Option("127.0.0.1", help="Interface to bind."),
+    port: int = typer.Option(8100, help="Port to listen on."),
+    spool: Path | None = typer.Option(None, help="Tagger spool directory."),
+    refresh: float = typer.Option(5.0, help="Seconds between live-pair refreshes."),
+    log_level: str = typer.Option("info", help="uvicorn log level."),
+) -> None:
+    """OpenAI-compatible pass-through that tags every request with the live pair."""
+    import uvicorn
+    from api.proxy import create_proxy_app
+
+    from registry.settings import get_settings
+
+    settings = get_settings()
+    app = create_proxy_app(
+        deployment=deployment,
+        upstream=upstream,
+        settings=settings,
+        spool_dir=spool or settings.home_dir / "spool" / f"proxy-{deployment}",
+        refresh_s=refresh,
+    )
+    console.print(f"pairreg proxy for {deployment} on http://{host}:{port} -> {upstream}")
+    uvicorn.run(app, host=host, port=port, log_level=log_level)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(export_app, name="export")
+    app.add_typer(telemetry_app, name="telemetry")
+    app.add_typer(requests_app, name="requests")
+    app.command("proxy")(proxy)

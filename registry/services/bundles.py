@@ -1,0 +1,160 @@
+"""Self-contained audit bundles: everything about one request, verifiable with no database.
+
+A bundle (format ``pairreg.audit-bundle/1``, checked by :mod:`registry.bundle_verify`) holds:
+
+* ``tag`` with its digest, and ``inclusion``: the RFC 6962 audit path from the tag's digest to
+  the Merkle root its ingest batch recorded (``log2(batch size)`` hashes, not the batch);
+* ``pair`` with both artifacts, their full manifests, sources (Hub commit ids) and provenance;
+* ``deployment_event`` that made the pair live, the ``validation`` that allowed it, and the
+  flags open at ``served_at``;
+* ``events``: the audit sequence numbers of the artifact, pair, validation, promotion and
+  ingest events, and ``chain``: every audit event from the earliest of them up to a freshly
+  signed checkpoint, with the ``prev_hash`` the segment starts from, so the verifier
+  recomputes every link;
+* ``checkpoint`` (Ed25519, signed with the registry's audit key) and ``public_key``.
+
+Size trade-off: the segment holds *all* events in its range, because a hash chain can only
+be checked link by link. In a registry that has ingested for months the range from an
+artifact's registration to today holds one event per ingest batch (about 400 bytes each),
+so a bundle for a request against a long-lived pair grows by ~0.4 MB per thousand batches.
+That is the price of verifying with nothing but a chain; Merkle consistency proofs over the
+audit log itself would bound it, and the tag-to-batch step already uses one.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from registry import audit
+from registry.bundle_verify import BUNDLE_FORMAT, merkle_path, merkle_root
+from registry.errors import InvalidInput
+from registry.models import AuditEvent, RequestId
+from registry.services.base import operation
+from registry.services.requests import audit_request
+from registry.settings import get_settings
+
+
+def _seq(session: Session, action: str, entity_type: str, entity_id: str | int) -> int | None:
+    return session.scalar(
+        select(AuditEvent.seq)
+        .where(
+            AuditEvent.action == action,
+            AuditEvent.entity_type == entity_type,
+            AuditEvent.entity_id == str(entity_id),
+        )
+        .order_by(AuditEvent.seq)
+        .limit(1)
+    )
+
+
+def _seq_with_payload(
+    session: Session,
+    actions: tuple[str, ...],
+    entity_type: str,
+    entity_id: str,
+    key: str,
+    value: Any,
+) -> int | None:
+    rows = session.execute(
+        select(AuditEvent.seq, AuditEvent.payload).where(
+            AuditEvent.action.in_(actions),
+            AuditEvent.entity_type == entity_type,
+            AuditEvent.entity_id == entity_id,
+        )
+    )
+    for seq, payload in rows:
+        if json.loads(payload).get(key) == value:
+            return seq
+    return None
+
+
+@operation
+def build_bundle(
+    session: Session, *, request_id: str, key_path: str | None = None
+) -> dict[str, Any]:
+    """The bundle for one request, with a checkpoint signed now (needs the audit key)."""
+    answer = audit_request(session, request_id=request_id)
+    pair = answer.pair
+    refs: dict[str, int | None] = {
+        "target_added": _seq(session, "artifact.added", "artifact", pair["target"]["id"]),
+        "pair_registered": _seq(session, "pair.registered", "pair", pair["id"]),
+        "ingest_batch": answer.batch["audit_seq"],
+    }
+    if pair.get("drafter"):
+        refs["drafter_added"] = _seq(session, "artifact.added", "artifact", pair["drafter"]["id"])
+    if answer.deployment_event is not None:
+        refs["promotion"] = _seq_with_payload(
+            session,
+            ("deployment.promote", "deployment.rollback"),
+            "deployment",
+            answer.deployment["name"],
+            "seq",
+            answer.deployment_event["seq"],
+        )
+    if answer.validation is not None:
+        refs["validation"] = _seq_with_payload(
+            session,
+            ("pair.validation",),
+            "pair",
+            str(pair["id"]),
+            "validation_id",
+            answer.validation["id"],
+        )
+    cited = {k: v for k, v in refs.items() if v is not None}
+
+    path = Path(key_path) if key_path else get_settings().signing_key_path
+    if not path.exists():
+        raise InvalidInput(f"no audit signing key at {path}: run `pairreg init`", field="key")
+    checkpoint = audit.sign_checkpoint(session, path)
+    start = min(cited.values())
+    events = session.scalars(
+        select(AuditEvent)
+        .where(AuditEvent.seq >= start, AuditEvent.seq <= checkpoint["seq"])
+        .order_by(AuditEvent.seq)
+    ).all()
+
+    leaves = list(
+        session.execute(
+            select(RequestId.request_id, RequestId.tag_digest)
+            .where(RequestId.batch_id == answer.tag.batch_id)
+            .order_by(RequestId.request_id)
+        )
+    )
+    ids = [r for r, _ in leaves]
+    digests = [d for _, d in leaves]
+    index = ids.index(request_id)
+    root = merkle_root(digests)
+    return {
+        "format": BUNDLE_FORMAT,
+        "request_id": request_id,
+        "tag": answer.tag.model_dump(mode="json"),
+        "pair": pair,
+        "deployment": answer.deployment,
+        "deployment_event": answer.deployment_event,
+        "live_pair_digest": answer.live_pair_digest,
+        "validation": answer.validation,
+        "open_flags": answer.open_flags,
+        "batch": answer.batch,
+        "inclusion": {
+            "index": index,
+            "size": len(digests),
+            "path": merkle_path(digests, index),
+            "root": root,
+        },
+        "events": cited,
+        "chain": {
+            "start_seq": start,
+            "prev_hash": events[0].prev_hash if events else audit.GENESIS_HASH,
+            "events": [
+                {**audit.event_body(e), "prev_hash": e.prev_hash, "chain_hash": e.chain_hash}
+                for e in events
+            ],
+        },
+        "checkpoint": checkpoint,
+        "public_key": checkpoint["public_key"],
+    }

@@ -1,0 +1,283 @@
+"""Serving telemetry: vLLM's spec-decode counters, online acceptance, workload drift flags.
+
+vLLM exports cumulative Prometheus counters (``vllm:spec_decode_num_drafts``,
+``…_num_draft_tokens``, ``…_num_accepted_tokens``, ``…_num_accepted_tokens_per_pos``), labelled
+only by model name and engine: nothing in them names the draft, so each scrape is stored
+against the deployment and the pair live on it *at scrape time*.
+
+Each scrape stores the counters and the deltas from the previous scrape of that deployment
+(a counter that went down means the engine restarted: the delta is the new value). The first
+scrape only sets the reference point. Online acceptance is ``accepted / draft tokens`` summed
+over the scrapes since the live pair went live: vLLM's ``draft_acceptance_rate``, which is
+the same ratio the runner records as a measurement's ``draft_acceptance_rate`` (not α).
+
+Workload drift: once at least ``min_drafted`` draft tokens were seen, an online rate below
+the validated baseline by more than the deployment policy's ``[drift] margin`` opens a
+``workload`` flag on the pair (one open flag at a time) in the governance flag table. The
+pair's weights did not change; the traffic did.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from registry.audit import append_event, lock_writes
+from registry.errors import InvalidInput
+from registry.models import (
+    DeploymentEvent,
+    DriftFlag,
+    Measurement,
+    Pair,
+    Policy,
+    TelemetrySample,
+    Validation,
+)
+from registry.records_requests import TelemetryResult
+from registry.services.base import operation
+from registry.services.requests import _deployment
+
+COUNTERS = {
+    "vllm:spec_decode_num_drafts": "num_drafts",
+    "vllm:spec_decode_num_draft_tokens": "num_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens": "num_accepted_tokens",
+}
+PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
+DEFAULT_MARGIN = 0.05
+DEFAULT_MIN_DRAFTED = 1000
+
+
+def parse_vllm_metrics(text: str) -> dict[str, Any]:
+    """Sum vLLM's spec-decode counters over label sets (engines, model names).
+
+    Uses ``prometheus_client``'s text parser; counters appear with the ``_total`` suffix in
+    the exposition and without it as family names, and both spellings are accepted.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, Any] = {v: 0.0 for v in COUNTERS.values()}
+    per_pos: dict[str, float] = defaultdict(float)
+    found = False
+    try:
+        families = list(text_string_to_metric_families(text))
+    except (ValueError, TypeError, IndexError) as exc:
+        raise InvalidInput(f"not Prometheus text format: {exc}", field="text") from exc
+    for family in families:
+        for sample in family.samples:
+            name = sample.name.removesuffix("_total")
+            if name in COUNTERS:
+                out[COUNTERS[name]] += float(sample.value)
+                found = True
+            elif name == PER_POSITION:
+                per_pos[str(sample.labels.get("position", "?"))] += float(sample.value)
+                found = True
+    if not found:
+        raise InvalidInput(
+            "no vllm:spec_decode_* counters in the metrics text (is speculative decoding on?)",
+            field="text",
+        )
+    out["accepted_per_pos"] = dict(sorted(per_pos.items(), key=lambda kv: _pos_key(kv[0])))
+    return out
+
+
+def _pos_key(pos: str) -> tuple[int, str]:
+    return (int(pos), "") if pos.isdigit() else (1 << 30, pos)
+
+
+def _deltas(cur: dict[str, Any], prev: dict[str, Any] | None) -> tuple[dict[str, Any], bool]:
+    if prev is None:
+        zero = {k: 0.0 for k in COUNTERS.values()}
+        zero["accepted_per_pos"] = {p: 0.0 for p in cur["accepted_per_pos"]}
+        return zero, False
+    reset = any(cur[k] < prev.get(k, 0.0) for k in COUNTERS.values())
+    base = {k: 0.0 for k in COUNTERS.values()} if reset else prev
+    out: dict[str, Any] = {k: cur[k] - base.get(k, 0.0) for k in COUNTERS.values()}
+    prev_pos = {} if reset else prev.get("accepted_per_pos", {})
+    out["accepted_per_pos"] = {
+        p: v - prev_pos.get(p, 0.0) for p, v in cur["accepted_per_pos"].items()
+    }
+    return out, reset
+
+
+def baseline_acceptance(session: Session, deployment_id: int, pair_id: int) -> float | None:
+    """accepted/drafted of the measurement behind the validation that made the pair live
+    (else the pair's newest measurement)."""
+    ev = session.scalar(
+        select(DeploymentEvent)
+        .where(DeploymentEvent.deployment_id == deployment_id)
+        .order_by(DeploymentEvent.seq.desc())
+        .limit(1)
+    )
+    m = None
+    if ev is not None and ev.to_pair_id == pair_id and ev.validation_id:
+        val = session.get(Validation, ev.validation_id)
+        if val is not None and val.measurement_id:
+            m = session.get(Measurement, val.measurement_id)
+    if m is None:
+        m = session.scalar(
+            select(Measurement)
+            .where(Measurement.pair_id == pair_id)
+            .order_by(Measurement.id.desc())
+            .limit(1)
+        )
+    if m is None:
+        return None
+    rate = (m.overall or {}).get("draft_acceptance_rate")
+    if rate is None:
+        counters = (m.overall or {}).get("counters") or {}
+        drafted, accepted = counters.get("drafted"), counters.get("accepted")
+        rate = accepted / drafted if drafted else None
+    return float(rate) if rate is not None else None
+
+
+def _margin(session: Session, policy_name: str) -> float:
+    pol = session.scalar(
+        select(Policy).where(Policy.name == policy_name).order_by(Policy.version.desc()).limit(1)
+    )
+    if pol is None:
+        return DEFAULT_MARGIN
+    return float(((pol.parsed or {}).get("drift") or {}).get("margin", DEFAULT_MARGIN))
+
+
+@operation
+def ingest_prometheus(
+    session: Session,
+    *,
+    deployment: str,
+    text: str,
+    source: str = "push",
+    min_drafted: int = DEFAULT_MIN_DRAFTED,
+    actor: str,
+) -> TelemetryResult:
+    """Store one scrape, update online acceptance, flag workload drift past the margin."""
+    if min_drafted < 1:
+        raise InvalidInput("min_drafted must be at least 1", field="min_drafted")
+    counters = parse_vllm_metrics(text)
+    lock_writes(session)  # deltas are read-then-write against the previous sample
+    dep = _deployment(session, deployment)
+    prev = session.scalar(
+        select(TelemetrySample)
+        .where(TelemetrySample.deployment_id == dep.id)
+        .order_by(TelemetrySample.id.desc())
+        .limit(1)
+    )
+    deltas, reset = _deltas(counters, prev.counters if prev else None)
+    pair_id = dep.current_pair_id
+    sample = TelemetrySample(
+        deployment_id=dep.id,
+        pair_id=pair_id,
+        source=source[:500],
+        counters=counters,
+        deltas=deltas,
+        reset=reset,
+        drafted=int(deltas["num_draft_tokens"]),
+        accepted=int(deltas["num_accepted_tokens"]),
+    )
+    session.add(sample)
+    session.flush()
+    margin = _margin(session, dep.policy_name)
+    result = TelemetryResult(
+        deployment=dep.name,
+        pair_digest=None,
+        sample_id=sample.id,
+        reset=reset,
+        deltas=deltas,
+        window_drafted=0,
+        window_accepted=0,
+        online_acceptance=None,
+        baseline_acceptance=None,
+        margin=margin,
+        min_drafted=min_drafted,
+        flagged=False,
+    )
+    if pair_id is None:
+        return result
+    pair = session.get(Pair, pair_id)
+    assert pair is not None
+    live_since = session.scalar(
+        select(func.max(DeploymentEvent.at)).where(DeploymentEvent.deployment_id == dep.id)
+    )
+    window = select(
+        func.coalesce(func.sum(TelemetrySample.drafted), 0),
+        func.coalesce(func.sum(TelemetrySample.accepted), 0),
+    ).where(TelemetrySample.deployment_id == dep.id, TelemetrySample.pair_id == pair_id)
+    if live_since is not None:
+        window = window.where(TelemetrySample.scraped_at >= live_since)
+    drafted, accepted = (int(v) for v in session.execute(window).one())
+    online = accepted / drafted if drafted else None
+    baseline = baseline_acceptance(session, dep.id, pair_id)
+    sample.online_acceptance = online
+    sample.baseline_acceptance = baseline
+    result.pair_digest = pair.pair_digest
+    result.window_drafted, result.window_accepted = drafted, accepted
+    result.online_acceptance, result.baseline_acceptance = online, baseline
+    if (
+        online is not None
+        and baseline is not None
+        and drafted >= min_drafted
+        and online < baseline - margin
+    ):
+        flag = session.scalar(
+            select(DriftFlag).where(
+                DriftFlag.kind == "workload",
+                DriftFlag.pair_id == pair_id,
+                DriftFlag.state == "open",
+            )
+        )
+        if flag is None:
+            flag = _open_workload_flag(
+                session, pair, dep.name, dep.policy_name, online, baseline, margin, drafted, actor
+            )
+        sample.drift_flag_id = flag.id
+        result.flagged, result.flag_id = True, flag.id
+    session.flush()
+    return result
+
+
+def _open_workload_flag(
+    session: Session,
+    pair: Pair,
+    deployment: str,
+    policy_name: str,
+    online: float,
+    baseline: float,
+    margin: float,
+    drafted: int,
+    actor: str,
+) -> DriftFlag:
+    summary = (
+        f"workload drift on {deployment}: online acceptance {online:.4f} over {drafted} draft "
+        f"tokens is below the validated {baseline:.4f} by more than {margin:.4f}"
+    )
+    flag = DriftFlag(
+        kind="workload",
+        pair_id=pair.id,
+        policy_name=policy_name,
+        effects={
+            "deployment": deployment,
+            "online_acceptance": online,
+            "baseline_acceptance": baseline,
+            "drop": baseline - online,
+            "margin": margin,
+            "window_draft_tokens": drafted,
+            "metric": "accepted_tokens / draft_tokens (vLLM draft_acceptance_rate)",
+        },
+        severity="high" if baseline - online > 2 * margin else "medium",
+        state="open",
+        summary=summary,
+        opened_by=actor,
+    )
+    session.add(flag)
+    session.flush()
+    append_event(
+        session,
+        actor=actor,
+        action="workload.flag_opened",
+        entity_type="drift_flag",
+        entity_id=flag.id,
+        payload={"pair_digest": pair.pair_digest, "deployment": deployment, "summary": summary},
+    )
+    return flag
