@@ -30,21 +30,26 @@ bootstrap = 1000
 
 
 def add_model(url: str, tmp: Path, name: str, role: str, weights: bytes, **kw: Any) -> int:
-    d = write_fake_model(tmp / f"{name.replace('/', '_')}-{weights.hex()[:12]}", weights=weights,
-                         **kw)
+    d = write_fake_model(
+        tmp / f"{name.replace('/', '_')}-{weights.hex()[:12]}", weights=weights, **kw
+    )
     with session_scope(url) as s:
-        return artifacts.add_artifact(s, source=str(d), name=name, role=role, actor=ACTOR).artifact.id
+        return artifacts.add_artifact(
+            s, source=str(d), name=name, role=role, actor=ACTOR
+        ).artifact.id
 
 
 def make_pair(url: str, target_id: int, draft_id: int, k: int = 4) -> str:
     with session_scope(url) as s:
-        res = pairs.register_pair(s, target=str(target_id), draft=str(draft_id),
-                                  method="draft_model", k=k, actor=ACTOR)
+        res = pairs.register_pair(
+            s, target=str(target_id), draft=str(draft_id), method="draft_model", k=k, actor=ACTOR
+        )
         return res.pair.pair_digest
 
 
-def synthetic_result(alphas: dict[str, float], n: int = 12, seed: int = 0,
-                     tokens: int = 40) -> dict[str, Any]:
+def synthetic_result(
+    alphas: dict[str, float], n: int = 12, seed: int = 0, tokens: int = 40
+) -> dict[str, Any]:
     """Per-prompt counters drawn around a per-category α (binomial accept/reject)."""
     rng = np.random.default_rng(seed)
     prompts = []
@@ -55,15 +60,27 @@ def synthetic_result(alphas: dict[str, float], n: int = 12, seed: int = 0,
         for i in range(n):
             acc = int(rng.binomial(tokens, alpha))
             rej = tokens - acc
-            prompts.append({"id": f"{cat}-{i}", "category": cat, "accepted": acc,
-                            "rejections": rej, "drafted": tokens + rej, "output_ids": [1, 2]})
+            prompts.append(
+                {
+                    "id": f"{cat}-{i}",
+                    "category": cat,
+                    "accepted": acc,
+                    "rejections": rej,
+                    "drafted": tokens + rej,
+                    "output_ids": [1, 2],
+                }
+            )
             a_sum += acc
             r_sum += rej
         cats[cat] = {"alpha": a_sum / (a_sum + r_sum), "prompts": n}
         tot_a += a_sum
         tot_r += r_sum
-    return {"categories": cats, "overall": {"alpha": tot_a / (tot_a + tot_r)},
-            "prompts": prompts, "hardware": {"device": "cpu"}}
+    return {
+        "categories": cats,
+        "overall": {"alpha": tot_a / (tot_a + tot_r)},
+        "prompts": prompts,
+        "hardware": {"device": "cpu"},
+    }
 
 
 def settings_for(url: str, digest: str, policy: str = "test") -> dict[str, Any]:
@@ -80,8 +97,15 @@ def store(url: str, digest: str, result: dict[str, Any], policy: str = "test") -
     settings = settings_for(url, digest, policy)
     with session_scope(url) as s:
         return measurements.store_measurement(
-            s, pair=digest, suite_name="tiny", suite_digest="s" * 64, settings=settings,
-            runner_version="test-1", result=result, actor=ACTOR).id
+            s,
+            pair=digest,
+            suite_name="tiny",
+            suite_digest="s" * 64,
+            settings=settings,
+            runner_version="test-1",
+            result=result,
+            actor=ACTOR,
+        ).id
 
 
 def put_test_policy(url: str) -> None:

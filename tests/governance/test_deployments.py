@@ -13,8 +13,8 @@ from sqlalchemy.exc import IntegrityError
 from registry.db import session_scope
 from registry.errors import Conflict, NotFound
 from registry.models import DeploymentEvent, utcnow
-from registry.services import deployments, validation
 from registry.refs import resolve_pair
+from registry.services import deployments, validation
 from tests.governance.helpers import (
     ACTOR,
     add_model,
@@ -93,8 +93,7 @@ def test_promote_refusals(db_url: str, tmp_path: Path) -> None:
     with session_scope(db_url) as s, pytest.raises(Conflict, match="already live"):
         deployments.promote(s, ref=a, deployment="prod", reason="x", actor=ACTOR)
     with session_scope(db_url) as s, pytest.raises(Conflict, match="not 0"):
-        deployments.promote(s, ref=b, deployment="prod", reason="x", expect_version=0,
-                            actor=ACTOR)
+        deployments.promote(s, ref=b, deployment="prod", reason="x", expect_version=0, actor=ACTOR)
 
 
 def test_low_alpha_fails_gates(db_url: str, tmp_path: Path) -> None:
@@ -117,8 +116,16 @@ def test_event_seq_is_unique_per_deployment(db_url: str, tmp_path: Path) -> None
         deployments.promote(s, ref=a, deployment="prod", reason="x", actor=ACTOR)
     with pytest.raises(IntegrityError), session_scope(db_url) as s:
         dep = deployments.find_deployment(s, "prod")
-        s.add(DeploymentEvent(deployment_id=dep.id, seq=1, action="promote", actor="x",
-                              reason="dup", to_pair_id=resolve_pair(s, a).id))
+        s.add(
+            DeploymentEvent(
+                deployment_id=dep.id,
+                seq=1,
+                action="promote",
+                actor="x",
+                reason="dup",
+                to_pair_id=resolve_pair(s, a).id,
+            )
+        )
         s.flush()
 
 
@@ -134,8 +141,14 @@ def test_racing_promoters_postgres(db_url: str, tmp_path: Path) -> None:
         barrier.wait()
         try:
             with session_scope(db_url) as s:
-                deployments.promote(s, ref=digest, deployment="prod", reason=f"race {digest[:6]}",
-                                    expect_version=0, actor=ACTOR)
+                deployments.promote(
+                    s,
+                    ref=digest,
+                    deployment="prod",
+                    reason=f"race {digest[:6]}",
+                    expect_version=0,
+                    actor=ACTOR,
+                )
             outcomes[digest] = "won"
         except Conflict as exc:
             outcomes[digest] = f"lost: {exc}"

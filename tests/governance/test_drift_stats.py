@@ -34,10 +34,14 @@ def test_small_significant_drop_below_margin_is_not_drift() -> None:
     e = paired_effect(base, cand, n_boot=500)
     assert e.diff is not None and -0.03 < e.diff < 0
     assert e.p_value is not None and e.p_value < 0.01
-    prompts_b = [{"id": str(i), "category": "c", "accepted": a, "rejections": r}
-                 for i, (a, r) in enumerate(base)]
-    prompts_c = [{"id": str(i), "category": "c", "accepted": a, "rejections": r}
-                 for i, (a, r) in enumerate(cand)]
+    prompts_b = [
+        {"id": str(i), "category": "c", "accepted": a, "rejections": r}
+        for i, (a, r) in enumerate(base)
+    ]
+    prompts_c = [
+        {"id": str(i), "category": "c", "accepted": a, "rejections": r}
+        for i, (a, r) in enumerate(cand)
+    ]
     out = drift_test(prompts_b, prompts_c, margin=0.05, significance=0.05, n_boot=500)
     assert out["c"].significant and not out["c"].exceeds_margin and not out["c"].drifted
 

@@ -26,18 +26,24 @@ def _queued(url: str, tmp: Path) -> int:
     d = add_model(url, tmp, "acme/draft", "draft", b"d1")
     digest = make_pair(url, t, d)
     with session_scope(url) as s:
-        res = validation.validate_pair(s, ref=digest, policy="test", runner_version="r1",
-                                       suite_digest="s" * 64, actor=ACTOR)
+        res = validation.validate_pair(
+            s, ref=digest, policy="test", runner_version="r1", suite_digest="s" * 64, actor=ACTOR
+        )
         assert res.state == "queued" and res.job is not None
-        again = validation.validate_pair(s, ref=digest, policy="test", runner_version="r1",
-                                         suite_digest="s" * 64, actor=ACTOR)
+        again = validation.validate_pair(
+            s, ref=digest, policy="test", runner_version="r1", suite_digest="s" * 64, actor=ACTOR
+        )
         assert again.job is not None and again.job.id == res.job.id  # same job, not a new one
         return res.job.id
 
 
 def _result() -> dict:
-    return {"suite_digest": "s" * 64, "runner_version": "r1", "device": "cpu",
-            "result": synthetic_result({"code": 0.8, "prose": 0.7})}
+    return {
+        "suite_digest": "s" * 64,
+        "runner_version": "r1",
+        "device": "cpu",
+        "result": synthetic_result({"code": 0.8, "prose": 0.7}),
+    }
 
 
 def test_lease_expiry_retake_and_exactly_once(db_url: str, tmp_path: Path) -> None:
