@@ -29,9 +29,7 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import and_, case, func, insert, or_, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import and_, case, func, insert, or_, select, text
 from sqlalchemy.orm import Session
 
 from registry.audit import append_event
@@ -148,6 +146,14 @@ def _chunks(items: Sequence[Any], n: int = _CHUNK) -> Iterable[Sequence[Any]]:
 
 
 def _existing_digests(session: Session, ids: Sequence[str]) -> dict[str, str]:
+    """Digests already recorded under these ids: one query per batch (``= ANY(array)`` on
+    PostgreSQL, ``IN`` lists of 5000 on SQLite)."""
+    if session.get_bind().dialect.name == "postgresql":
+        rows = session.execute(
+            text("SELECT request_id, tag_digest FROM request_ids WHERE request_id = ANY(:ids)"),
+            {"ids": list(ids)},
+        )
+        return {r: d for r, d in rows}
     found: dict[str, str] = {}
     for chunk in _chunks(ids):
         rows = session.execute(
@@ -170,19 +176,32 @@ def _conflict(ids: list[str]) -> Conflict:
 
 
 def _insert_ids(session: Session, rows: list[dict[str, Any]]) -> set[str]:
-    """Insert ids not yet present; return those this call inserted."""
-    dialect = session.get_bind().dialect.name
-    maker = pg_insert if dialect == "postgresql" else sqlite_insert
-    inserted: set[str] = set()
-    for chunk in _chunks(rows, 1000):
-        stmt = (
-            maker(RequestId)
-            .values(list(chunk))
-            .on_conflict_do_nothing(index_elements=["request_id"])
-            .returning(RequestId.request_id)
+    """Insert ids not yet present; return those this call inserted.
+
+    PostgreSQL: one ``INSERT … SELECT unnest(arrays) ON CONFLICT DO NOTHING RETURNING``, which
+    also resolves a race with a concurrent batch (the loser's row is simply not returned).
+    SQLite: transactions are serialised (BEGIN IMMEDIATE) and the ids were just checked, so a
+    plain executemany inserts exactly these rows.
+    """
+    if session.get_bind().dialect.name == "postgresql":
+        result = session.execute(
+            text(
+                "INSERT INTO request_ids (request_id, served_at, tag_digest, batch_id) "
+                "SELECT r, s, d, :batch FROM unnest("
+                "CAST(:ids AS varchar[]), CAST(:served AS timestamptz[]), "
+                "CAST(:digests AS varchar[])) AS u(r, s, d) "
+                "ORDER BY r ON CONFLICT (request_id) DO NOTHING RETURNING request_id"
+            ),
+            {
+                "ids": [r["request_id"] for r in rows],
+                "served": [r["served_at"] for r in rows],
+                "digests": [r["tag_digest"] for r in rows],
+                "batch": rows[0]["batch_id"] if rows else None,
+            },
         )
-        inserted.update(session.scalars(stmt).all())
-    return inserted
+        return set(result.scalars())
+    session.execute(insert(RequestId), rows)
+    return {r["request_id"] for r in rows}
 
 
 _TAG_COLUMNS = (

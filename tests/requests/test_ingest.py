@@ -167,3 +167,31 @@ def test_audit_request_and_pagination(served: Served) -> None:
         )
         assert [t.request_id for t in window.items] == ["p-005", "p-006", "p-007"]
         assert svc.list_requests(session, pair=s.pair_a).counts.total == 1
+
+
+def test_concurrent_overlapping_batches(served: Served) -> None:
+    """Batches racing on the same ids store each id once and report the rest as duplicates."""
+    import threading
+
+    s = served
+    at = s.t_b + timedelta(minutes=2)
+    batches = [[_tag(s, f"c-{i:04d}", at) for i in range(start, start + 600)]
+               for start in (0, 200, 400, 0)]  # fmt: skip
+    results, errors = [], []
+
+    def run(batch):  # type: ignore[no-untyped-def]
+        try:
+            results.append(_ingest(s.url, batch))
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(b,)) for b in batches]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sum(r.stored for r in results) == 1000
+    assert sum(r.duplicates for r in results) == 4 * 600 - 1000
+    with session_scope(s.url) as session:
+        assert session.query(RequestTag).count() == 1000

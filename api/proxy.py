@@ -1,0 +1,244 @@
+"""``pairreg proxy``: an OpenAI-compatible pass-through that tags every request it forwards.
+
+It sits in front of vLLM (or any server speaking the OpenAI HTTP API) for one deployment:
+
+* takes the caller's ``x-request-id`` or assigns one, and forwards it upstream;
+* forwards ``/v1/completions`` and ``/v1/chat/completions`` bodies unchanged, streaming
+  included (server-sent events are passed through event by event);
+* tags the request with the pair live on the deployment, as last read from the registry
+  (refreshed every ``refresh_s`` seconds); the registry re-checks that claim at ingest and
+  marks the tag inconsistent if that pair was not live at ``served_at``;
+* copies vLLM's per-request ``metrics.speculative_decoding`` counters into the tag when the
+  upstream returns them, and token counts from ``usage``;
+* adds ``x-request-id`` and ``x-pairreg-pair-digest`` to the response.
+
+For streams without usage, the proxy asks the upstream for it
+(``stream_options.include_usage``) and removes that extra usage-only event before it reaches
+a caller that did not ask for it, so the caller sees exactly the stream it requested.
+
+Tags go through :class:`api.tagger.Tagger`: the proxy never waits on the registry, and
+tags survive registry outages in the spool. Everything else (other paths, GET /v1/models)
+is forwarded untouched and not tagged.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from registry.settings import Settings
+
+HOP_HEADERS = {
+    "host",
+    "content-length",
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "upgrade",
+    "proxy-authorization",
+    "accept-encoding",
+}
+TAGGED_PATHS = ("/v1/completions", "/v1/chat/completions")
+PROXY_HEADER = "x-pairreg-proxied"
+
+
+class LivePair:
+    """The deployment's live pair digest, refreshed from the registry in the background."""
+
+    def __init__(self, backend: Any, deployment: str, refresh_s: float):
+        self.backend = backend
+        self.deployment = deployment
+        self.refresh_s = refresh_s
+        self.digest: str | None = None
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self.refresh()
+        self._thread = threading.Thread(target=self._loop, name="pairreg-proxy-live", daemon=True)
+        self._thread.start()
+
+    def refresh(self) -> None:
+        try:
+            dep = self.backend.get_deployment(name=self.deployment)
+            self.digest = dep.current_pair_digest
+            self.error = None
+        except Exception as exc:  # noqa: BLE001 - keep the last known value
+            self.error = str(exc)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.refresh_s):
+            self.refresh()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _spec_from(data: dict[str, Any]) -> dict[str, Any] | None:
+    metrics = data.get("metrics")
+    spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
+    if not isinstance(spec, dict):
+        return None
+    keys = ("num_spec_steps", "num_draft_tokens", "num_accepted_draft_tokens")
+    if not all(isinstance(spec.get(k), int) for k in keys):
+        return None
+    out = {k: spec[k] for k in keys}
+    hist = spec.get("acceptance_histogram")
+    out["acceptance_histogram"] = hist if isinstance(hist, list) else None
+    return out
+
+
+def create_proxy_app(
+    *,
+    deployment: str,
+    upstream: str,
+    settings: Settings,
+    spool_dir: str | Path,
+    refresh_s: float = 5.0,
+    backend: Any = None,
+    tagger: Any = None,
+) -> FastAPI:
+    """The proxy app; ``backend`` and ``tagger`` default to the CLI's backend and a Tagger."""
+    from api.tagger import Tagger
+    from cli.backend import get_backend
+    from registry.services.system import read_credentials
+
+    backend = backend or get_backend(settings)
+    if tagger is None:
+        if not settings.url:
+            raise ValueError("the proxy ships tags to a pairreg server: set PAIRREG_URL")
+        token = settings.token or (read_credentials(settings.credentials_path) or {}).get("token")
+        tagger = Tagger(settings.url, token, spool_dir)
+    live = LivePair(backend, deployment, refresh_s)
+    client = httpx.AsyncClient(base_url=upstream.rstrip("/"), timeout=httpx.Timeout(600.0))
+    app = FastAPI(title="pairreg proxy", description=__doc__)
+    app.state.live = live
+    app.state.tagger = tagger
+
+    @app.on_event("shutdown")
+    async def _close() -> None:  # pragma: no cover - exercised by process exit
+        live.stop()
+        await client.aclose()
+        tagger.close()
+
+    def tag(request_id: str, served_at: datetime, usage: dict[str, Any] | None,
+            spec: dict[str, Any] | None, digest: str | None) -> None:  # fmt: skip
+        usage = usage or {}
+        tagger.tag(
+            request_id,
+            deployment,
+            served_at=served_at,
+            input_tokens=int(usage.get("prompt_tokens") or 0),
+            output_tokens=int(usage.get("completion_tokens") or 0),
+            pair_digest=digest,
+            spec=spec,
+        )
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, Any]:
+        return {"status": "ok", "deployment": deployment, "pair_digest": live.digest,
+                "registry_error": live.error, "tagger": tagger.stats}  # fmt: skip
+
+    @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
+    async def forward(path: str, request: Request) -> Response:
+        url_path = "/" + path
+        body = await request.body()
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
+        tagged = request.method == "POST" and url_path in TAGGED_PATHS
+        if not tagged:
+            resp = await client.request(request.method, url_path, content=body, headers=headers,
+                                        params=request.query_params)  # fmt: skip
+            out = {k: v for k, v in resp.headers.items() if k.lower() not in HOP_HEADERS}
+            return Response(resp.content, status_code=resp.status_code, headers=out)
+
+        request_id = request.headers.get("x-request-id") or f"pxy-{uuid.uuid4().hex}"
+        headers["x-request-id"] = request_id
+        headers[PROXY_HEADER] = "1"  # an embedded pairreg upstream then leaves tagging to us
+        digest = live.digest
+        served_at = datetime.now(UTC)
+        extra = {"x-request-id": request_id}
+        if digest:
+            extra["x-pairreg-pair-digest"] = digest
+        try:
+            payload = json.loads(body) if body else {}
+        except ValueError:
+            payload = None
+        if not isinstance(payload, dict) or not payload.get("stream"):
+            try:
+                resp = await client.post(url_path, content=body, headers=headers)
+            except httpx.HTTPError as exc:
+                return JSONResponse({"error": f"upstream unreachable: {exc}"}, 502, extra)
+            out = {k: v for k, v in resp.headers.items() if k.lower() not in HOP_HEADERS}
+            if resp.status_code < 400:
+                try:
+                    data = resp.json()
+                except ValueError:
+                    data = {}
+                tag(request_id, served_at, data.get("usage"), _spec_from(data), digest)
+            return Response(resp.content, status_code=resp.status_code, headers={**out, **extra})
+
+        asked_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
+        if not asked_usage:
+            payload["stream_options"] = {**(payload.get("stream_options") or {}),
+                                         "include_usage": True}  # fmt: skip
+            body = json.dumps(payload).encode()
+        req = client.build_request("POST", url_path, content=body, headers=headers)
+        try:
+            resp = await client.send(req, stream=True)
+        except httpx.HTTPError as exc:
+            return JSONResponse({"error": f"upstream unreachable: {exc}"}, 502, extra)
+        out = {k: v for k, v in resp.headers.items() if k.lower() not in HOP_HEADERS}
+        if resp.status_code >= 400:
+            content = await resp.aread()
+            await resp.aclose()
+            return Response(content, status_code=resp.status_code, headers={**out, **extra})
+
+        async def events() -> AsyncIterator[bytes]:
+            usage: dict[str, Any] | None = None
+            spec: dict[str, Any] | None = None
+            buffer = b""
+            completed = False
+            try:
+                async for chunk in resp.aiter_bytes():
+                    buffer += chunk
+                    while b"\n\n" in buffer:
+                        event, buffer = buffer.split(b"\n\n", 1)
+                        data = _event_json(event)
+                        if data is not None:
+                            usage = data.get("usage") or usage
+                            spec = _spec_from(data) or spec
+                            if not asked_usage and not data.get("choices") and data.get("usage"):
+                                continue  # the usage event we asked for, not the caller
+                        if event.strip() == b"data: [DONE]":
+                            completed = True
+                        yield event + b"\n\n"
+                if buffer.strip():
+                    yield buffer
+            finally:
+                await resp.aclose()
+                if completed or usage is not None:
+                    tag(request_id, served_at, usage, spec, digest)
+
+        return StreamingResponse(events(), status_code=resp.status_code,
+                                 headers={**out, **extra})  # fmt: skip
+
+    return app
+
+
+def _event_json(event: bytes) -> dict[str, Any] | None:
+    lines = [ln[5:].strip() for ln in event.split(b"\n") if ln.startswith(b"data:")]
+    if not lines or lines == [b"[DONE]"]:
+        return None
+    try:
+        data = json.loads(b"\n".join(lines))
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None

@@ -1,0 +1,271 @@
+"""Ingest benchmark on PostgreSQL: batch API vs COPY, lookup latency, Tagger.tag() cost.
+
+    .venv/bin/python bench/ingest_bench.py --tags 1000000 --clients 4 --workers 2
+
+1. Creates a scratch database, migrates it, registers a fake pair and makes it live.
+2. Starts the API (uvicorn, ``--workers`` processes) and POSTs ``--tags`` tags in batches of
+   ``--batch`` from ``--clients`` concurrent HTTP clients: tags/s end to end (JSON encoding,
+   HTTP, validation, idempotency check, insert, audit event, commit).
+3. In the same run, COPYs the same rows into a scratch table with the same columns and
+   indexes: tags/s of the raw database path, and the ratio (target: at least 0.25).
+4. Looks up ``--lookups`` random request ids through the service layer (server side, no
+   HTTP): p50 and p99 (target p99 < 5 ms).
+5. Times ``Tagger.tag()`` (target < 20 µs per call).
+
+Prints one JSON object with every figure. The scratch database is dropped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from registry import db  # noqa: E402
+from registry.db import session_scope  # noqa: E402
+
+
+def _admin(url: str):  # type: ignore[no-untyped-def]
+    return create_engine(url, isolation_level="AUTOCOMMIT")
+
+
+def scratch_db(base_url: str) -> str:
+    name = f"pairreg_bench_{uuid.uuid4().hex[:8]}"
+    with _admin(base_url).connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    return make_url(base_url).set(database=name).render_as_string(hide_password=False)
+
+
+def drop_db(base_url: str, url: str) -> None:
+    db.dispose_engines()
+    name = make_url(url).database
+    with _admin(base_url).connect() as conn:
+        conn.execute(
+            text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"),
+            {"n": name},
+        )
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+
+
+def setup_registry(url: str, tmp: Path) -> tuple[str, str]:
+    """A pair live on deployment ``bench`` since an hour ago; returns (deployment, token)."""
+    from registry.models import Pair
+    from registry.services import artifacts, deployments, pairs, tokens
+    from tests.fixtures import write_fake_model
+
+    db.upgrade(url)
+    target = write_fake_model(tmp / "target", weights=b"t")
+    draft = write_fake_model(tmp / "draft", weights=b"d")
+    with session_scope(url) as s:
+        t = artifacts.add_artifact(s, source=str(target), name="b/t", role="target", actor="b")
+        d = artifacts.add_artifact(s, source=str(draft), name="b/d", role="draft", actor="b")
+        p = pairs.register_pair(s, target=t.artifact.ref, draft=d.artifact.ref,
+                                method="draft_model", k=4, actor="b").pair  # fmt: skip
+        deployments.create_deployment(s, name="bench", actor="b")
+    with session_scope(url) as s:
+        dep = deployments.find_deployment(s, "bench")
+        pair = s.get(Pair, p.id)
+        ev = deployments._move(s, dep, action="promote", to_pair=pair, reason="bench",
+                               validation_id=None, expect_version=None, actor="b")  # fmt: skip
+        ev.at = datetime.now(UTC) - timedelta(hours=1)
+        token = tokens.create_token(s, name="bench", role="ingest", actor="b").secret
+    return "bench", token
+
+
+def make_tags(n: int, deployment: str) -> list[dict]:
+    start = datetime.now(UTC) - timedelta(minutes=50)
+    return [
+        {
+            "request_id": f"req-{i:09d}",
+            "deployment": deployment,
+            "served_at": (start + timedelta(microseconds=i * 997)).isoformat(),
+            "input_tokens": 100 + i % 500,
+            "output_tokens": 20 + i % 300,
+            "spec": {"num_spec_steps": 10, "num_draft_tokens": 40,
+                     "num_accepted_draft_tokens": 25, "acceptance_histogram": [2, 1, 3, 2, 2]},
+        }
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def start_api(url: str, home: Path, port: int, workers: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PAIRREG_DATABASE_URL": url, "PAIRREG_HOME": str(home),
+           "PAIRREG_EMBEDDED_WORKER": "0"}  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "--factory", "api.app:create_app", "--port", str(port),
+         "--workers", str(workers), "--log-level", "warning", "--no-access-log"],
+        cwd=REPO, env=env,
+    )  # fmt: skip
+    for _ in range(300):
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("API did not start")
+
+
+def ingest_via_api(port: int, token: str, tags: list[dict], batch: int, clients: int) -> float:
+    batches = [tags[i : i + batch] for i in range(0, len(tags), batch)]
+    bodies = [json.dumps({"tags": b}).encode() for b in batches]  # encode outside the timing
+    lock = threading.Lock()
+    errors: list[str] = []
+
+    def worker() -> None:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600,
+                          headers={"Authorization": f"Bearer {token}",
+                                   "Content-Type": "application/json"}) as c:  # fmt: skip
+            while True:
+                with lock:
+                    if not bodies:
+                        return
+                    body = bodies.pop()
+                r = c.post("/v1/requests", content=body)
+                if r.status_code != 201:
+                    errors.append(f"{r.status_code} {r.text[:200]}")
+
+    threads = [threading.Thread(target=worker) for _ in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise RuntimeError(f"{len(errors)} batches failed: {errors[:3]}")
+    return elapsed
+
+
+def copy_rows(url: str, tags: list[dict]) -> float:
+    """COPY the same rows (as the ingest would store them) into a scratch table."""
+    import psycopg
+
+    dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(dsn) as conn:
+        dep_id, pair_id = conn.execute(
+            "SELECT id, current_pair_id FROM deployments WHERE name = 'bench'"
+        ).fetchone()
+        conn.execute(
+            "CREATE TABLE scratch_tags (LIKE request_tags INCLUDING DEFAULTS INCLUDING INDEXES)"
+        )
+        conn.commit()
+        rows = [
+            (t["request_id"], datetime.fromisoformat(t["served_at"]), dep_id, pair_id,
+             t["input_tokens"], t["output_tokens"], json.dumps(t["spec"]), False, True)
+            for t in tags
+        ]  # fmt: skip
+        t0 = time.perf_counter()
+        with (
+            conn.cursor() as cur,
+            cur.copy(
+                "COPY scratch_tags (request_id, served_at, deployment_id, pair_id, input_tokens, "
+                "output_tokens, spec, pair_filled, consistent) FROM STDIN"
+            ) as copy,
+        ):
+            for r in rows:
+                copy.write_row(r)
+        conn.commit()
+        return time.perf_counter() - t0
+
+
+def lookups(url: str, ids: list[str]) -> dict[str, float]:
+    from registry.services import requests as svc
+
+    times = []
+    for rid in ids:
+        t0 = time.perf_counter()
+        with session_scope(url) as s:
+            svc.get_request_tag(s, request_id=rid)
+        times.append((time.perf_counter() - t0) * 1000)
+    times.sort()
+    return {
+        "p50_ms": round(statistics.median(times), 3),
+        "p99_ms": round(times[int(len(times) * 0.99) - 1], 3),
+        "max_ms": round(times[-1], 3),
+    }
+
+
+def tagger_cost(n: int = 200_000) -> float:
+    from api.tagger import Tagger
+
+    with tempfile.TemporaryDirectory() as d:
+        t = Tagger("http://127.0.0.1:9", None, d, start=False)
+        t0 = time.perf_counter()
+        for i in range(n):
+            t.tag(f"r{i}", "bench", input_tokens=10, output_tokens=20)
+        return (time.perf_counter() - t0) / n * 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--pg",
+        default=os.environ.get(
+            "PAIRREG_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+        ),
+    )
+    ap.add_argument("--tags", type=int, default=1_000_000)
+    ap.add_argument("--batch", type=int, default=10_000)
+    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--workers", type=int, default=2, help="uvicorn worker processes")
+    ap.add_argument("--lookups", type=int, default=2000)
+    ap.add_argument("--port", type=int, default=18765)
+    ap.add_argument("--keep", action="store_true", help="Keep the scratch database.")
+    args = ap.parse_args()
+
+    url = scratch_db(args.pg)
+    proc = None
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            deployment, token = setup_registry(url, Path(tmp))
+            tags = make_tags(args.tags, deployment)
+            proc = start_api(url, Path(tmp) / "home", args.port, args.workers)
+            api_s = ingest_via_api(args.port, token, tags, args.batch, args.clients)
+            proc.terminate()
+            proc.wait(30)
+            proc = None
+            copy_s = copy_rows(url, tags)
+            with session_scope(url) as s:
+                stored = s.execute(text("SELECT count(*) FROM request_tags")).scalar()
+            sample = random.Random(0).sample(range(args.tags), min(args.lookups, args.tags))
+            lat = lookups(url, [tags[i]["request_id"] for i in sample])
+            api_rate = args.tags / api_s
+            copy_rate = args.tags / copy_s
+            print(json.dumps({
+                "tags": args.tags, "stored": stored, "batch": args.batch,
+                "clients": args.clients, "api_workers": args.workers,
+                "api_seconds": round(api_s, 2), "api_tags_per_s": round(api_rate),
+                "copy_seconds": round(copy_s, 2), "copy_tags_per_s": round(copy_rate),
+                "ratio_api_to_copy": round(api_rate / copy_rate, 3),
+                "lookup_by_request_id": lat,
+                "tagger_tag_us": round(tagger_cost(), 2),
+                "cpus": os.cpu_count(),
+            }, indent=2))  # fmt: skip
+    finally:
+        if proc is not None:
+            proc.kill()
+        if not args.keep:
+            drop_db(args.pg, url)
+
+
+if __name__ == "__main__":
+    main()

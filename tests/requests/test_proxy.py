@@ -1,0 +1,120 @@
+"""The proxy in front of the embedded /v1/completions server, called with the official openai
+client; plain and streamed requests are tagged with the live pair and vLLM-style counters."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from api.client import PairregClient
+from api.proxy import create_proxy_app
+from api.tagger import Tagger
+from registry.db import session_scope
+from registry.services import artifacts as art_svc
+from registry.services import pairs as pair_svc
+from registry.settings import Settings
+from tests.requests.conftest import ACTOR, promote_at
+from tests.requests.server import ApiServer, free_port, mint
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def tiny():  # type: ignore[no-untyped-def]
+    from runner import build_tiny_pairs
+
+    cache = Path(os.environ.get("PAIRREG_TEST_CACHE") or REPO / ".pairreg-test-cache")
+    return build_tiny_pairs(cache / "tiny")
+
+
+class _Thread(uvicorn.Server):
+    def install_signal_handlers(self) -> None:  # run in a thread
+        pass
+
+
+def test_openai_client_through_proxy(tiny, sqlite_url: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from datetime import UTC, datetime, timedelta
+
+    from openai import OpenAI
+
+    with session_scope(sqlite_url) as s:
+        t = art_svc.add_artifact(s, source=tiny.target_v1, name="tiny/target", role="target",
+                                 actor=ACTOR).artifact  # fmt: skip
+        d = art_svc.add_artifact(s, source=tiny.draft, name="tiny/draft", role="draft",
+                                 actor=ACTOR).artifact  # fmt: skip
+        pair = pair_svc.register_pair(s, target=t.ref, draft=d.ref, method="draft_model", k=3,
+                                      actor=ACTOR).pair  # fmt: skip
+    promote_at(sqlite_url, "tiny-prod", pair.pair_digest, datetime.now(UTC) - timedelta(seconds=5))
+    token = mint(sqlite_url, role="ingest", name="serving")
+    admin = mint(sqlite_url, role="admin", name="ops")
+    server = ApiServer(sqlite_url, tmp_path / "home").start()
+    tagger = Tagger(server.url, token, tmp_path / "spool", flush_interval=0.05)
+    backend = PairregClient(server.url, token=admin)
+    app = create_proxy_app(deployment="tiny-prod", upstream=server.url, settings=Settings(),
+                           spool_dir=tmp_path / "spool", backend=backend, tagger=tagger,
+                           refresh_s=60)  # fmt: skip
+    port = free_port()
+    proxy = _Thread(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=proxy.run, daemon=True)
+    thread.start()
+    try:
+        while not proxy.started:
+            time.sleep(0.05)
+        client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=token, max_retries=0)
+        raw = client.completions.with_raw_response.create(
+            model="tiny-prod", prompt="def add(a, b):", max_tokens=12,
+            extra_headers={"x-request-id": "oa-plain"},
+        )  # fmt: skip
+        assert raw.headers["x-request-id"] == "oa-plain"
+        assert raw.headers["x-pairreg-pair-digest"] == pair.pair_digest
+        plain = raw.parse()
+        assert plain.choices[0].text and plain.usage.completion_tokens > 0
+
+        raw_stream = client.completions.with_raw_response.create(
+            model="tiny-prod", prompt="def add(a, b):", max_tokens=12, stream=True
+        )
+        stream_id = raw_stream.headers["x-request-id"]
+        chunks = list(raw_stream.parse())
+        assert all(c.choices for c in chunks)  # the usage event the proxy asked for is hidden
+        streamed = "".join(c.choices[0].text for c in chunks)
+        assert streamed == plain.choices[0].text  # greedy: the same answer either way
+
+        assert tagger.flush(60)
+        ops = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {admin}"})
+        got = ops.get("/v1/requests/oa-plain").json()
+        tag = got["tag"]
+        assert tag["pair_digest"] == pair.pair_digest and tag["consistent"]
+        assert tag["output_tokens"] == plain.usage.completion_tokens
+        assert tag["input_tokens"] == plain.usage.prompt_tokens
+        spec = tag["spec"]
+        metrics = plain.model_extra["metrics"]["speculative_decoding"]
+        assert spec["num_draft_tokens"] == metrics["num_draft_tokens"] > 0
+        assert sum(spec["acceptance_histogram"]) == spec["num_spec_steps"]
+        s_tag = ops.get(f"/v1/requests/{stream_id}").json()["tag"]
+        assert s_tag["output_tokens"] == tag["output_tokens"]
+        assert s_tag["spec"] == spec
+        page = ops.get("/v1/requests", params={"deployment": "tiny-prod"}).json()
+        assert page["counts"]["total"] == 2  # tagged once each, by the proxy only
+
+        direct = httpx.post(
+            f"{server.url}/v1/completions",
+            headers={"Authorization": f"Bearer {token}"},
+            json={"model": "tiny-prod", "prompt": "x = ", "max_tokens": 4},
+        )
+        assert direct.status_code == 200, direct.text
+        rid = direct.headers["x-request-id"]
+        assert ops.get(f"/v1/requests/{rid}").json()["tag"]["pair_filled"] is False
+        assert json.loads(direct.text)["metrics"]["speculative_decoding"]["num_spec_steps"] >= 1
+    finally:
+        proxy.should_exit = True
+        thread.join(10)
+        tagger.close(5)
+        server.stop()
