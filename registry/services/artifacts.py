@@ -92,10 +92,14 @@ def _hash_source(source: str, workers: int | None) -> _Content:
 
 
 class HubUnavailable(PairregError):
-    """The Hub could not be asked (network, DNS, server error): not the caller's input."""
+    """The Hub could not be asked (network, DNS, server error).
+
+    Its own ``kind`` so clients can tell it from bad input and retry; the status stays in the
+    documented 4xx set of ``POST /v1/artifacts`` (the API promises no 5xx for a request).
+    """
 
     kind = "hub_unavailable"
-    status = 502
+    status = 422
     title = "Hub unreachable"
 
 
@@ -104,7 +108,8 @@ def _hub_error(exc: hub.HubError) -> PairregError:
 
     Unknown repository, revision or file → 404; offline without the revision cached → 404
     (it is not available here); local bytes disagreeing with the Hub → 409 naming the paths;
-    the Hub unreachable → 502; a malformed ``hf://`` reference or anything else → 422.
+    the Hub unreachable → 422 of kind ``hub_unavailable``; a malformed ``hf://`` reference or
+    anything else → 422.
     """
     message = f"source: {exc}"
     if isinstance(exc, hub.RepoNotFound | hub.RevisionNotFound | hub.EntryNotFound):

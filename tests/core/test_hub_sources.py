@@ -166,7 +166,7 @@ def test_hub_error_mapping() -> None:
         (hub.EntryNotFound("x"), NotFound, 404),
         (hub.NotInCache("x"), NotFound, 404),
         (hub.HubIntegrityError("x", paths=["a.bin"]), Conflict, 409),
-        (hub.HubUnreachable("x"), HubUnavailable, 502),
+        (hub.HubUnreachable("x"), HubUnavailable, 422),
         (hub.HubError("x"), InvalidInput, 422),
     ]
     for exc, cls, status in cases:
