@@ -62,7 +62,7 @@ class DraftModelDrafter:
         out: list[torch.Tensor] = []
         qs: list[torch.Tensor] = []
         for i in range(k):
-            logits, _ = self.lm.forward(inp)
+            logits, _ = self.lm.forward(inp, last_only=True)
             last = logits[-1]
             if self.probs is None:
                 nxt = last.argmax()

@@ -104,7 +104,9 @@ class SpeculativeEngine:
 
         # prefill: one target call that emits the first token
         t0 = self._now()
-        logits, hidden = self.target.forward(torch.tensor(tokens, device=self.device))
+        logits, hidden = self.target.forward(
+            torch.tensor(tokens, device=self.device), last_only=not self.target.want_hidden
+        )
         first = self._pick(logits[-1:])
         last_hidden = hidden[-1] if hidden is not None else None
         run.target_time_s += self._now() - t0
@@ -231,7 +233,7 @@ def greedy_decode(model, prompt_ids: list[int], max_new_tokens: int, eos: set[in
     out: list[int] = []
     inp = torch.tensor(prompt_ids, device=lm.device)
     while len(out) < max_new_tokens:
-        logits, _ = lm.forward(inp)
+        logits, _ = lm.forward(inp, last_only=True)
         nxt = int(logits[-1].argmax())
         out.append(nxt)
         if nxt in eos:

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers.masking_utils import create_causal_mask
 
 _DTYPES = {
     "float32": torch.float32,
@@ -87,17 +88,25 @@ class CachedLM:
         self.device = next(model.parameters()).device
         self.cache = DynamicCache(config=model.config)
         self.length = 0
-        if want_hidden:
-            self._body = model.base_model
-            self._head = model.get_output_embeddings()
+        self._body = model.base_model
+        self._head = model.get_output_embeddings()
+        self._fast = _supports_fast_path(model)
 
     def reset(self) -> None:
         self.cache = DynamicCache(config=self.model.config)
         self.length = 0
 
-    def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Feed ``ids`` (shape ``[n]``); return logits ``[n, V]`` and hidden ``[n, H]``."""
+    def forward(
+        self, ids: torch.Tensor, last_only: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Feed ``ids`` (shape ``[n]``); return logits ``[n, V]`` (``[1, V]`` with
+        ``last_only``) and hidden ``[n, H]`` when requested."""
         ids = ids.view(1, -1)
+        if self._fast:
+            hidden = self._fast_body(ids)
+            logits = self._head(hidden[-1:] if last_only else hidden)
+            self.length += ids.shape[1]
+            return logits.float(), (hidden if self.want_hidden else None)
         if self.want_hidden:
             out = self._body(input_ids=ids, cache=self.cache, use_cache=True)
             hidden = out.last_hidden_state[0]
@@ -109,11 +118,46 @@ class CachedLM:
         self.length += ids.shape[1]
         return logits.float(), hidden
 
+    def _fast_body(self, ids: torch.Tensor) -> torch.Tensor:
+        """The decoder stack without the model-level wrappers (output capture, kwarg
+        deprecation, output dataclasses), which dominate per-call cost for small models
+        at batch size 1. It calls the very same embedding, rotary, mask, layer and norm
+        modules in the same order as ``LlamaModel.forward``, so results are identical."""
+        body = self._body
+        h = body.embed_tokens(ids)
+        n = ids.shape[1]
+        pos = torch.arange(self.length, self.length + n, device=ids.device).unsqueeze(0)
+        mask = create_causal_mask(
+            config=body.config, inputs_embeds=h, attention_mask=None, cache=self.cache,
+            position_ids=pos,
+        )
+        pe = body.rotary_emb(h, position_ids=pos)
+        for layer in body.layers[: body.config.num_hidden_layers]:
+            h = layer(h, attention_mask=mask, position_embeddings=pe, position_ids=pos,
+                      cache=self.cache, use_cache=True)
+        return body.norm(h)[0]
+
     def rollback(self, n: int) -> None:
         """Forget the ``n`` newest tokens."""
         if n > 0:
             self.cache.crop(-n)
             self.length -= n
+
+
+_FAST_TYPES = {"llama", "mistral", "qwen2", "qwen3"}
+
+
+def _supports_fast_path(model) -> bool:
+    """Only for architectures whose model-level forward is exactly embed -> rotary ->
+    causal mask -> layers -> norm (checked by model_type), with full attention."""
+    body = getattr(model, "base_model", None)
+    cfg = model.config
+    return (
+        getattr(cfg, "model_type", None) in _FAST_TYPES
+        and getattr(cfg, "sliding_window", None) in (None, 0)
+        and all(hasattr(body, a) for a in ("embed_tokens", "layers", "norm", "rotary_emb"))
+        and os.environ.get("PAIRREG_RUNNER_SLOW_PATH") != "1"
+    )
 
 
 def is_local_dir(path: str | os.PathLike[str] | None) -> bool:
