@@ -85,6 +85,9 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:
+            # FastAPI's answer to a body it cannot decode (bad UTF-8, truncated JSON).
+            return problem_response(422, "Invalid input", f"body: {exc.detail}", "invalid", "body")
         headers = dict(getattr(exc, "headers", None) or {})
         if exc.status_code == 405:
             # Starlette names only the first matching route's methods; list them all.

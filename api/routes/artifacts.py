@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import READ_REGISTRY, VERIFY_ARTIFACT, WRITE_REGISTRY, Principal, require
 from api.deps import call
+from api.params import Cursor, Limit
 from registry.records import ArtifactAddResult, ArtifactRecord, Page, Provenance, Role, VerifyReport
 from registry.services import artifacts as svc
 
@@ -73,8 +72,8 @@ def list_artifacts(
     request: Request,
     lineage: str | None = None,
     role: Role | None = None,
-    cursor: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    cursor: Cursor = None,
+    limit: Limit = 100,
     principal: Principal = Depends(require(READ_REGISTRY)),
 ) -> Page[ArtifactRecord]:
     return call(
@@ -102,4 +101,7 @@ def verify_artifact(
 def get_artifact(
     ref: str, request: Request, principal: Principal = Depends(require(READ_REGISTRY))
 ) -> ArtifactRecord:
+    if ref.endswith("/verify"):
+        # No reference ends in "/verify": this is the verify resource, which only takes POST.
+        raise HTTPException(405, "Method Not Allowed", headers={"Allow": "POST"})
     return call(request, principal, svc.get_artifact, ref=ref)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Any
+from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import READ_AUDIT, Principal, require
 from api.deps import call
+from api.params import Cursor, Limit, Timestamp
 from registry.records import AuditEventRecord, ChainVerifyResult, Page
 from registry.services import audit_log as svc
 
@@ -23,10 +23,16 @@ class Checkpoint(BaseModel):
 
     seq: int = Field(ge=0)
     chain_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
-    signed_at: str
-    signature: str
-    public_key: str
-    algorithm: str = "ed25519"
+    signed_at: str = Field(
+        pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$",
+        examples=["2025-01-31T12:00:00.000000Z"],
+    )
+    signature: str = Field(pattern=r"^[A-Za-z0-9+/]{86}==$", description="Base64 Ed25519.")
+    public_key: str = Field(
+        pattern=r"^-----BEGIN PUBLIC KEY-----\n[A-Za-z0-9+/=\n]+-----END PUBLIC KEY-----\n?$",
+        description="PEM SubjectPublicKeyInfo of the signing key.",
+    )
+    algorithm: Literal["ed25519"] = "ed25519"
 
 
 class VerifyRequest(BaseModel):
@@ -41,10 +47,10 @@ def list_events(
     entity_id: str | None = None,
     actor: str | None = None,
     action: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    cursor: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    since: Timestamp = None,
+    until: Timestamp = None,
+    cursor: Cursor = None,
+    limit: Limit = 100,
     principal: Principal = Depends(require(READ_AUDIT)),
 ) -> Page[AuditEventRecord]:
     return call(
@@ -83,4 +89,6 @@ def verify_against(
 def checkpoint(
     request: Request, principal: Principal = Depends(require(READ_AUDIT))
 ) -> dict[str, Any]:
-    return call(request, principal, svc.create_audit_checkpoint)
+    # The server's own key, not whatever PAIRREG_HOME the process environment names.
+    key_path = str(request.app.state.settings.signing_key_path)
+    return call(request, principal, svc.create_audit_checkpoint, key_path=key_path)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import READ_REGISTRY, WRITE_REGISTRY, Principal, require
 from api.deps import call
+from api.params import Cursor, Limit
 from registry.records import Method, Page, PairRecord, PairRegisterResult, PairStatus
 from registry.services import pairs as svc
 
@@ -74,8 +75,8 @@ def list_pairs(
     target: str | None = None,
     status: PairStatus | None = None,
     method: Method | None = None,
-    cursor: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    cursor: Cursor = None,
+    limit: Limit = 100,
     principal: Principal = Depends(require(READ_REGISTRY)),
 ) -> Page[PairRecord]:
     return call(

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import ADMIN, Principal, require
 from api.deps import call
+from api.params import Cursor, Limit
 from registry.records import Page, TokenCreated, TokenRecord
 from registry.services import tokens as svc
+from registry.services.tokens import TOKEN_NAME_PATTERN
 
 router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
 
@@ -19,8 +21,11 @@ class TokenCreateRequest(BaseModel):
     model_config = ConfigDict(
         extra="forbid", json_schema_extra={"examples": [{"name": "ci-ingest", "role": "ingest"}]}
     )
-    name: str = Field(min_length=1, max_length=100)
-    role: str = Field(description="admin, registrar, promoter, ingest, auditor or reader")
+    name: str = Field(
+        pattern=TOKEN_NAME_PATTERN,
+        description="Unique; letters, digits, '.', '_' or '-', starting with a letter or digit.",
+    )
+    role: Literal["admin", "registrar", "promoter", "ingest", "auditor", "reader"]
 
 
 @router.post("", response_model=TokenCreated, status_code=201, summary="Create a token")
@@ -33,8 +38,8 @@ def create_token(
 @router.get("", response_model=Page[TokenRecord], summary="List tokens")
 def list_tokens(
     request: Request,
-    cursor: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    cursor: Cursor = None,
+    limit: Limit = 100,
     principal: Principal = Depends(require(ADMIN)),
 ) -> Page[TokenRecord]:
     return call(request, principal, svc.list_tokens, cursor=cursor, limit=limit)

@@ -17,7 +17,8 @@ from registry.records import Page, TokenCreated, TokenRecord
 from registry.services.base import operation, page_query
 
 ROLES = ("admin", "registrar", "promoter", "ingest", "auditor", "reader")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+TOKEN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+_NAME = re.compile(TOKEN_NAME_PATTERN)
 TOKEN_PREFIX = "prt_"
 
 
