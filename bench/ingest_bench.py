@@ -204,6 +204,30 @@ def lookups(url: str, ids: list[str]) -> dict[str, float]:
     }
 
 
+def sql_lookups(url: str, ids: list[str]) -> dict[str, float]:
+    """The same lookup as plain SQL on one open connection: the database's share."""
+    import psycopg
+
+    dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    sql = (
+        "SELECT t.*, i.tag_digest, i.batch_id, p.pair_digest, d.name FROM request_ids i "
+        "JOIN request_tags t ON t.request_id = i.request_id AND t.served_at = i.served_at "
+        "JOIN pairs p ON p.id = t.pair_id JOIN deployments d ON d.id = t.deployment_id "
+        "WHERE i.request_id = %s"
+    )
+    times = []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for rid in ids:
+            t0 = time.perf_counter()
+            assert conn.execute(sql, (rid,), prepare=True).fetchone() is not None
+            times.append((time.perf_counter() - t0) * 1000)
+    times.sort()
+    return {
+        "p50_ms": round(statistics.median(times), 3),
+        "p99_ms": round(times[int(len(times) * 0.99) - 1], 3),
+    }
+
+
 def tagger_cost(n: int = 200_000) -> float:
     from api.tagger import Tagger
 
@@ -248,6 +272,7 @@ def main() -> None:
                 stored = s.execute(text("SELECT count(*) FROM request_tags")).scalar()
             sample = random.Random(0).sample(range(args.tags), min(args.lookups, args.tags))
             lat = lookups(url, [tags[i]["request_id"] for i in sample])
+            sql_lat = sql_lookups(url, [tags[i]["request_id"] for i in sample])
             api_rate = args.tags / api_s
             copy_rate = args.tags / copy_s
             print(json.dumps({
@@ -256,7 +281,8 @@ def main() -> None:
                 "api_seconds": round(api_s, 2), "api_tags_per_s": round(api_rate),
                 "copy_seconds": round(copy_s, 2), "copy_tags_per_s": round(copy_rate),
                 "ratio_api_to_copy": round(api_rate / copy_rate, 3),
-                "lookup_by_request_id": lat,
+                "lookup_by_request_id_service": lat,
+                "lookup_by_request_id_sql": sql_lat,
                 "tagger_tag_us": round(tagger_cost(), 2),
                 "cpus": os.cpu_count(),
             }, indent=2))  # fmt: skip

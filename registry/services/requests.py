@@ -458,15 +458,9 @@ def _to_record(row: Any) -> RequestTagRecord:
 
 
 def load_tag(session: Session, request_id: str) -> tuple[RequestTag, RequestTagRecord]:
-    """One tag by id: the id table gives ``served_at``, which prunes to one partition."""
-    rid = session.get(RequestId, request_id)
-    if rid is None:
-        raise NotFound(f"no request tagged {request_id!r}", field="request_id")
-    row = session.execute(
-        _tag_select().where(
-            RequestTag.request_id == request_id, RequestTag.served_at == rid.served_at
-        )
-    ).first()
+    """One tag by id in one round trip: ``request_ids`` (primary key) supplies ``served_at``,
+    which prunes ``request_tags`` to one partition at execution time."""
+    row = session.execute(_tag_select().where(RequestId.request_id == request_id)).first()
     if row is None:
         raise NotFound(f"no request tagged {request_id!r}", field="request_id")
     return row[0], _to_record(row)
