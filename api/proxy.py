@@ -27,6 +27,7 @@ import json
 import threading
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -119,15 +120,17 @@ def create_proxy_app(
         tagger = Tagger(settings.url, token, spool_dir)
     live = LivePair(backend, deployment, refresh_s)
     client = httpx.AsyncClient(base_url=upstream.rstrip("/"), timeout=httpx.Timeout(600.0))
-    app = FastAPI(title="pairreg proxy", description=__doc__)
-    app.state.live = live
-    app.state.tagger = tagger
 
-    @app.on_event("shutdown")
-    async def _close() -> None:  # pragma: no cover - exercised by process exit
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
         live.stop()
         await client.aclose()
         tagger.close()
+
+    app = FastAPI(title="pairreg proxy", description=__doc__, lifespan=lifespan)
+    app.state.live = live
+    app.state.tagger = tagger
 
     def tag(request_id: str, served_at: datetime, usage: dict[str, Any] | None,
             spec: dict[str, Any] | None, digest: str | None) -> None:  # fmt: skip

@@ -108,6 +108,7 @@ class Tagger:
         self._wake_sender = threading.Event()
         self._sending = False
         self._spooling = False
+        self._closed = False
         self.stats = {
             "tagged": 0,
             "dropped": 0,
@@ -196,7 +197,10 @@ class Tagger:
 
     def close(self, timeout: float = 10.0) -> bool:
         """Spool everything, try to ship it for up to ``timeout`` s, stop. What is not shipped
-        stays in the spool for the next Tagger on this directory."""
+        stays in the spool for the next Tagger on this directory. Idempotent."""
+        if self._closed:
+            return not self._spool_files()
+        self._closed = True
         self._spool_all()
         done = self.flush(timeout)
         self._stop.set()
