@@ -70,7 +70,11 @@ def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [
-            {"field": _field_of(e.get("loc", ())), "message": e.get("msg", "invalid")}
+            {
+                # A JSON syntax error's location is a character offset, not a field.
+                "field": "body" if e.get("type") == "json_invalid" else _field_of(e.get("loc", ())),
+                "message": e.get("msg", "invalid"),
+            }
             for e in exc.errors()
         ]
         first = errors[0] if errors else {"field": "request", "message": "invalid"}
