@@ -89,8 +89,10 @@ class CoreClientMixin(ClientBase):
 
     # -- audit ----------------------------------------------------------------------------
 
-    def list_audit_events(self, **params: Any) -> Page[AuditEventRecord]:
-        return self._get(Page[AuditEventRecord], "/v1/audit/events", **params)
+    def list_audit_events(
+        self, *, by_actor: str | None = None, **params: Any
+    ) -> Page[AuditEventRecord]:
+        return self._get(Page[AuditEventRecord], "/v1/audit/events", actor=by_actor, **params)
 
     def verify_audit_chain(self, *, checkpoint: dict[str, Any] | None = None) -> ChainVerifyResult:
         if checkpoint is None:

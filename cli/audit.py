@@ -44,7 +44,7 @@ def events(
     page = get_backend().list_audit_events(
         entity_type=entity_type,
         entity_id=entity_id,
-        actor=actor,
+        by_actor=actor,
         action=action,
         since=_time(since, "since"),
         until=_time(until, "until"),

@@ -59,7 +59,7 @@ def list_events(
         svc.list_audit_events,
         entity_type=entity_type,
         entity_id=entity_id,
-        actor=actor,
+        by_actor=actor,
         action=action,
         since=since,
         until=until,

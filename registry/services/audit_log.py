@@ -38,13 +38,16 @@ def list_audit_events(
     *,
     entity_type: str | None = None,
     entity_id: str | None = None,
-    actor: str | None = None,
+    by_actor: str | None = None,
     action: str | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
     cursor: str | None = None,
     limit: int = 100,
 ) -> Page[AuditEventRecord]:
+    """Events in sequence order. The actor filter is ``by_actor``: a parameter named
+    ``actor`` means the caller's identity to every service, and the API and embedded
+    backend fill it in, which would silently filter the log to the caller's own events."""
     stmt = select(AuditEvent)
     if entity_id and not entity_type:
         raise InvalidInput("entity_id needs entity_type", field="entity_id")
@@ -52,8 +55,8 @@ def list_audit_events(
         stmt = stmt.where(AuditEvent.entity_type == entity_type)
     if entity_id:
         stmt = stmt.where(AuditEvent.entity_id == str(entity_id))
-    if actor:
-        stmt = stmt.where(AuditEvent.actor == actor)
+    if by_actor:
+        stmt = stmt.where(AuditEvent.actor == by_actor)
     if action:
         stmt = stmt.where(AuditEvent.action == action)
     for value, name in ((since, "since"), (until, "until")):
