@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.core.conftest import cli  # noqa: F401 - re-exported pytest fixture
+from tests.hubserver import hub_server  # noqa: F401 - re-exported pytest fixture
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY = Path(__file__).with_name("policy_tiny.toml")
