@@ -187,3 +187,29 @@ def _promote_free(url: str, digest: str) -> None:
             deployments.promote(s, ref=digest, deployment="prod", reason="free", actor=ACTOR)
     except Conflict:
         pass  # already live
+
+
+def test_changed_file_opens_integrity_flag_that_blocks_promotion(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    from registry.services import artifacts, drift
+
+    a, _ = _two_pairs(sqlite_url, tmp_path)
+    with session_scope(sqlite_url) as s:
+        target = resolve_pair(s, a).target
+        weights = Path(target.local_path or "") / "model.safetensors"
+        ref = f"{target.lineage}@v{target.version}"
+    weights.write_bytes(b"tampered")
+    with session_scope(sqlite_url) as s:
+        report = artifacts.verify_artifact(s, ref=ref, actor=ACTOR)
+        assert not report.ok and report.changed == ["model.safetensors"]
+        artifacts.verify_artifact(s, ref=ref, actor=ACTOR)  # same finding: no second flag
+    with session_scope(sqlite_url) as s:
+        flags = drift.list_flags(s, state="open", kind="integrity").items
+        assert len(flags) == 1 and flags[0].severity == "high"
+        assert "model.safetensors" in flags[0].summary
+    with session_scope(sqlite_url) as s, pytest.raises(Conflict, match="integrity"):
+        deployments.promote(s, ref=a, deployment="prod", reason="x", actor=ACTOR)
+    with session_scope(sqlite_url) as s:
+        drift.ack_flag(s, id=flags[0].id, reason="restored from backup", actor=ACTOR)
+        deployments.promote(s, ref=a, deployment="prod", reason="x", actor=ACTOR)
