@@ -1,0 +1,99 @@
+"""Who may call what: the declared role for every route the app serves.
+
+``test_roles`` walks the app's routes and fails for any route missing here (and for any
+entry here that no longer exists), so adding a route means adding its line. Roles come
+from the issue: ``admin`` everything; ``registrar`` artifacts and pairs; ``promoter``
+validate, promote, rollback, acknowledge drift; ``ingest`` request tags only; ``auditor``
+read everything including audit and requests; ``reader`` read the registry, not requests
+or audit. The sets are spelled out rather than imported from ``api.auth`` so that a
+change there shows up as a failing test, not as a silently widened permission.
+"""
+
+from __future__ import annotations
+
+PUBLIC: frozenset[str] = frozenset()  # no token needed
+
+ADMIN_ONLY = frozenset({"admin"})
+READ_REGISTRY = frozenset({"admin", "registrar", "promoter", "auditor", "reader"})
+WRITE_REGISTRY = frozenset({"admin", "registrar"})
+VERIFY_ARTIFACT = frozenset({"admin", "registrar", "auditor"})
+GOVERN = frozenset({"admin", "promoter"})
+VALIDATE = frozenset({"admin", "registrar", "promoter"})  # validation / measurement jobs
+WORKERS = frozenset({"admin", "registrar", "promoter"})  # measurement workers
+INGEST = frozenset({"admin", "ingest"})
+READ_AUDIT = frozenset({"admin", "auditor"})
+
+# (method, path template as FastAPI declares it) -> roles admitted; PUBLIC = no auth.
+ROLE_TABLE: dict[tuple[str, str], frozenset[str]] = {
+    # framework and probes
+    ("GET", "/openapi.json"): PUBLIC,
+    ("GET", "/docs"): PUBLIC,
+    ("GET", "/docs/oauth2-redirect"): PUBLIC,
+    ("GET", "/redoc"): PUBLIC,
+    ("GET", "/healthz"): PUBLIC,
+    ("GET", "/readyz"): PUBLIC,
+    ("GET", "/"): PUBLIC,  # redirect to the dashboard
+    ("GET", "/dashboard"): PUBLIC,  # static page; it calls the API with the user's token
+    # artifacts
+    ("POST", "/v1/artifacts"): WRITE_REGISTRY,
+    ("GET", "/v1/artifacts"): READ_REGISTRY,
+    ("POST", "/v1/artifacts/{ref:path}/verify"): VERIFY_ARTIFACT,
+    ("GET", "/v1/artifacts/{ref:path}"): READ_REGISTRY,
+    # pairs
+    ("POST", "/v1/pairs"): WRITE_REGISTRY,
+    ("GET", "/v1/pairs"): READ_REGISTRY,
+    ("GET", "/v1/pairs/{ref}"): READ_REGISTRY,
+    # audit log
+    ("GET", "/v1/audit/events"): READ_AUDIT,
+    ("GET", "/v1/audit/verify"): READ_AUDIT,
+    ("POST", "/v1/audit/verify"): READ_AUDIT,
+    ("POST", "/v1/audit/checkpoint"): READ_AUDIT,
+    # tokens
+    ("POST", "/v1/tokens"): ADMIN_ONLY,
+    ("GET", "/v1/tokens"): ADMIN_ONLY,
+    ("DELETE", "/v1/tokens/{name}"): ADMIN_ONLY,
+    # governance: measurements, jobs, drift, watch
+    ("POST", "/v1/measurements"): WORKERS,
+    ("GET", "/v1/measurements"): READ_REGISTRY,
+    ("GET", "/v1/measurements/{id}"): READ_REGISTRY,
+    ("GET", "/v1/jobs"): READ_REGISTRY,
+    ("GET", "/v1/jobs/{id}"): READ_REGISTRY,
+    ("POST", "/v1/jobs/claim"): WORKERS,
+    ("POST", "/v1/jobs/{id}/renew"): WORKERS,
+    ("POST", "/v1/jobs/{id}/complete"): WORKERS,
+    ("POST", "/v1/jobs/{id}/fail"): WORKERS,
+    ("GET", "/v1/drift"): READ_REGISTRY,
+    ("GET", "/v1/drift/{id}"): READ_REGISTRY,
+    ("POST", "/v1/drift/{id}/ack"): GOVERN,
+    ("POST", "/v1/drift/{id}/resolve"): GOVERN,
+    ("POST", "/v1/drift/check"): GOVERN,
+    ("POST", "/v1/watch"): WORKERS,
+    # governance: policies, validations, deployments
+    ("POST", "/v1/policies"): GOVERN,
+    ("GET", "/v1/policies"): READ_REGISTRY,
+    ("GET", "/v1/policies/{name}"): READ_REGISTRY,
+    ("POST", "/v1/pairs/{ref}/validate"): VALIDATE,
+    ("GET", "/v1/validations"): READ_REGISTRY,
+    ("GET", "/v1/validations/{id}"): READ_REGISTRY,
+    ("POST", "/v1/validations/{id}/mlflow-run"): VALIDATE,
+    ("POST", "/v1/deployments"): GOVERN,
+    ("GET", "/v1/deployments"): READ_REGISTRY,
+    ("GET", "/v1/deployments/{name}"): READ_REGISTRY,
+    ("GET", "/v1/deployments/{name}/at"): READ_REGISTRY,
+    ("POST", "/v1/deployments/{name}/promote"): GOVERN,
+    ("POST", "/v1/deployments/{name}/rollback"): GOVERN,
+    ("PUT", "/v1/deployments/{name}/policy"): GOVERN,
+    # request tags and serving
+    ("POST", "/v1/requests"): INGEST,
+    ("GET", "/v1/requests"): READ_AUDIT,
+    ("GET", "/v1/requests/{request_id}"): READ_AUDIT,
+    ("GET", "/v1/requests/{request_id}/bundle"): READ_AUDIT,
+    ("POST", "/v1/telemetry/prometheus"): INGEST,
+    ("GET", "/v1/exports/{engine}"): READ_REGISTRY,
+    ("POST", "/v1/completions"): INGEST,
+}
+
+# Path parameter values used to reach each route; the handler may then answer 404/422,
+# which still proves the role check let the caller through.
+PATH_VALUES = {"engine": "vllm"}
+DEFAULT_PATH_VALUE = "1"
