@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from functools import partial
 
 import typer
 
@@ -23,9 +24,11 @@ def serve(
 
     settings = get_settings()
     report = initialise(settings)
-    console.print(f"pairreg API on http://{host}:{port}  (docs: http://{host}:{port}/docs)")
-    console.print(f"database: {report.database_url}")
-    console.print(f"admin token: {report.credentials_path}")
+    # soft_wrap: paths and URLs stay on one line, copyable, however narrow the terminal.
+    say = partial(console.print, soft_wrap=True, highlight=False)
+    say(f"pairreg API on http://{host}:{port}  (docs: http://{host}:{port}/docs)")
+    say(f"database: {report.database_url}")
+    say(f"admin token: {report.credentials_path}")
     if os.environ.get("PAIRREG_EMBEDDED_WORKER", "1") != "0":
         # Measurement jobs run in this process unless a separate `pairreg worker` is used.
         from cli.worker import start_background_worker
