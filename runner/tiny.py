@@ -16,6 +16,7 @@ Models (all share one byte-level tokenizer, vocabulary 256 bytes + ``<pad> <bos>
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sysconfig
@@ -250,15 +251,29 @@ def build_tiny_pairs(
     draw a bar. Threads are pinned to 2 and deterministic algorithms are enabled so the
     result does not depend on the machine's core count.
     """
-    from transformers import LlamaForCausalLM
-
-    from runner.medusa import MedusaHeads
-
     paths = tiny_paths(out_dir)
     if not force and is_built(paths.root):
         return paths
     root = Path(paths.root)
     root.mkdir(parents=True, exist_ok=True)
+    # concurrent builders (parallel test sessions, a CLI run) wait for one another and
+    # then reuse the finished build instead of writing the same files twice
+    with open(root / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not force and is_built(paths.root):
+                return paths
+            return _build(paths, progress)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _build(paths: TinyPaths, progress: ProgressFn | None) -> TinyPaths:
+    from transformers import LlamaForCausalLM
+
+    from runner.medusa import MedusaHeads
+
+    root = Path(paths.root)
     marker = root / MARKER
     if marker.exists():
         marker.unlink()
