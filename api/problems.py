@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
+from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.route_index import allowed_methods
 from registry.errors import PairregError
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
+logger = logging.getLogger("pairreg.api")
 
 
 class Problem(BaseModel):
@@ -65,6 +68,20 @@ def install_problem_handlers(app: FastAPI) -> None:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         return problem_response(
             exc.status, exc.title, exc.message, exc.kind, exc.field, headers=headers
+        )
+
+    @app.exception_handler(OverflowError)
+    @app.exception_handler(DataError)
+    async def _out_of_range(request: Request, exc: Exception) -> JSONResponse:
+        # A safety net, not the design: routes should bound their inputs. An integer too
+        # large for the driver (SQLite) or the column type (PostgreSQL), or a string too
+        # long for its column, is the client's input, not a server fault.
+        logger.warning("%s %s: %s", request.method, request.url.path, str(exc).splitlines()[0])
+        return problem_response(
+            422,
+            "Invalid input",
+            "a value in the request is out of range for the registry's storage",
+            "invalid",
         )
 
     @app.exception_handler(RequestValidationError)

@@ -90,6 +90,12 @@ def test_bad_input_is_never_a_500(api: ApiEnv, tmp_path: Path) -> None:
     _problem(resp, 405)
     assert resp.headers["allow"] == "POST"
     _problem(c.get("/v1/nothing-here", headers=h), 404)
+    # Ids beyond the column type (int4 on PostgreSQL, int64 in SQLite's driver): never a 500.
+    for url in ("/v1/artifacts/99999999999", "/v1/pairs/99999999999"):
+        assert c.get(url, headers=h).status_code in (404, 422)
+    for name in ("drift", "jobs", "measurements", "validations"):
+        resp = c.get(f"/v1/{name}/9223372036854775808", headers=h)
+        assert resp.status_code in (404, 422), (name, resp.text)
 
 
 def test_ambiguous_digest_prefix_is_422(api: ApiEnv, tmp_path: Path) -> None:
