@@ -14,6 +14,8 @@ import json
 import logging
 import os
 import tempfile
+import time
+import warnings
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -85,7 +87,20 @@ def log_measurement(
 ) -> str:
     """Create one run: params (caller's, e.g. pair digest, plus settings, suite digest,
     hardware and library versions), metrics per category, the full result as an artifact.
-    Returns the run id."""
+    Returns the run id. MLflow's own deprecation noise (SQLAlchemy loader options, file
+    store maintenance) is silenced here: it is not actionable for callers."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        return _log_measurement(result, params, tracking_uri, experiment)
+
+
+def _log_measurement(
+    result: Any,
+    params: dict[str, Any],
+    tracking_uri: str | None = None,
+    experiment: str = "pairreg",
+) -> str:
     from mlflow.tracking import MlflowClient
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)
@@ -122,8 +137,6 @@ def log_measurement(
         from mlflow.entities import Metric, Param
 
         plist = [Param(str(k), str(v)[:6000]) for k, v in all_params.items() if v is not None]
-        import time
-
         ts = int(time.time() * 1000)
         mlist = [Metric(k, v, ts, 0) for k, v in _flatten_metrics(data).items()]
         for i in range(0, max(len(plist), len(mlist)), 100):
