@@ -9,6 +9,7 @@ from fastapi import Depends, FastAPI
 
 from api.params import strict_query
 from api.problems import install_problem_handlers, problem_openapi
+from api.route_index import most_specific_route_only
 from api.routes import ROUTERS
 from registry.settings import Settings, get_settings
 
@@ -24,7 +25,7 @@ def create_app(settings: Settings | None = None, **state: Any) -> FastAPI:
             "Registry and governance for speculative-decoding pairs. Errors are "
             "application/problem+json (RFC 9457); lists are cursor-paginated."
         ),
-        dependencies=[Depends(strict_query)],
+        dependencies=[Depends(most_specific_route_only), Depends(strict_query)],
     )
     app.state.settings = settings
     app.state.db_url = settings.db_url

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, HTTPException, Request
 
 
 @dataclass(frozen=True)
@@ -70,3 +70,14 @@ def allowed_methods(app: FastAPI, url_path: str) -> list[str]:
         if route.specificity == best:
             methods |= route.methods
     return sorted(methods)
+
+
+def most_specific_route_only(request: Request) -> None:
+    """Answer 405 when a more specific route owns this URL but not this method.
+
+    ``GET /v1/jobs/claim`` also matches ``GET /v1/jobs/{id}``; without this it would be a
+    confusing 422 about ``id`` instead of "``/v1/jobs/claim`` takes POST".
+    """
+    allow = allowed_methods(request.app, request.url.path)
+    if allow and request.method not in allow and not (request.method == "HEAD" and "GET" in allow):
+        raise HTTPException(405, "Method Not Allowed", headers={"Allow": ", ".join(allow)})

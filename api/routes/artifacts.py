@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, HTTPException, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import READ_REGISTRY, VERIFY_ARTIFACT, WRITE_REGISTRY, Principal, require
@@ -101,7 +101,4 @@ def verify_artifact(
 def get_artifact(
     ref: str, request: Request, principal: Principal = Depends(require(READ_REGISTRY))
 ) -> ArtifactRecord:
-    if ref.endswith("/verify"):
-        # No reference ends in "/verify": this is the verify resource, which only takes POST.
-        raise HTTPException(405, "Method Not Allowed", headers={"Allow": "POST"})
     return call(request, principal, svc.get_artifact, ref=ref)
