@@ -70,7 +70,7 @@ def _local_identity(
 def _wait_for_job(backend: Any, job: Any, device: str, timeout: float) -> Any:
     deadline = time.monotonic() + timeout
     if backend.mode == "embedded" and job.state == "queued":
-        console.print(f"measuring (job {job.id}) …")
+        err_console.print(f"measuring (job {job.id}) …")
         worker_cli.work(
             backend, worker=worker_cli.worker_name(), device=device, once=True, job_id=job.id
         )

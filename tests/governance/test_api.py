@@ -6,17 +6,18 @@ import pytest
 
 from api.client import PairregClient
 from cli.worker import work
-from registry.errors import Conflict, Forbidden
+from registry.errors import Conflict
 from tests.api.conftest import api  # noqa: F401 - re-exported pytest fixture
 from tests.governance.conftest import POLICY
 
 pytestmark = pytest.mark.slow
 
 
-def _client(env, role: str = "admin") -> PairregClient:  # type: ignore[no-untyped-def]
+def _client(env) -> PairregClient:  # type: ignore[no-untyped-def]
+    """The remote client over the in-process app (TestClient is an httpx.Client)."""
     c = PairregClient("http://testserver", token=None)
     c.http = env.client
-    c.http.headers.update(env.auth(role))
+    c.http.headers.update(env.auth("admin"))
     return c
 
 
@@ -37,8 +38,12 @@ def test_remote_validate_promote_flow(api, tiny, no_mlflow) -> None:  # type: ig
     res = c.validate_pair(ref=pair.pair_digest, deployment="prod")
     assert res.state == "done" and res.validation and res.validation.passed
 
-    with pytest.raises(Forbidden):
-        _client(api, "reader").promote(ref=pair.pair_digest, deployment="prod", reason="x")
+    denied = api.client.post(
+        "/v1/deployments/prod/promote",
+        json={"pair": pair.pair_digest, "reason": "x"},
+        headers=api.auth("reader"),
+    )
+    assert denied.status_code == 403
     out = c.promote(ref=pair.pair_digest, deployment="prod", reason="remote release")
     assert out.deployment.current_pair_digest == pair.pair_digest
     with pytest.raises(Conflict, match="already live"):

@@ -10,6 +10,7 @@ flags stay within the policy's significance level.
 from __future__ import annotations
 
 import shutil
+import sys
 from typing import Any
 
 import pytest
@@ -103,11 +104,11 @@ def test_target_change_drift_blocks_promotion_until_ack(home, cli, tiny, no_mlfl
     assert tf["draft_vs_new_target"] < tf["draft_vs_old_target"]
     assert 0 < tf["old_vs_new_target"] < 1
     v2 = cli("measurement", "show", str(job["result"]["measurement_id"]), "--json").json()
-    print(
+    sys.__stderr__.write(
         f"\nα v1 {v1['alpha']:.4f} (code {v1['categories']['code']['alpha']:.4f}); "
         f"α v2 {v2['alpha']:.4f} (code {v2['categories']['code']['alpha']:.4f}); "
         f"code diff {code['diff']:+.4f} CI [{code['ci_low']:+.4f}, {code['ci_high']:+.4f}] "
-        f"p {code['p_value']:.4f} Holm {code['p_holm']:.4f}; teacher-forced {tf}"
+        f"p {code['p_value']:.4f} Holm {code['p_holm']:.4f}; teacher-forced {tf}\n"
     )
     assert cli("pair", "show", candidate, "--json").json()["status"] == "drifted"
 
