@@ -12,11 +12,11 @@ from functools import lru_cache
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
 from api.auth import GOVERN, READ_REGISTRY, Principal, require
 from api.deps import call
-from api.params import Cursor, Limit
+from api.params import Cursor, Limit, _iso_text_only
 from api.routes.governance_ops import router as ops_router
 from registry.records import Page
 from registry.records_governance import (
@@ -41,6 +41,7 @@ router.include_router(ops_router)
 class PolicyPutRequest(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
+        strict=True,
         json_schema_extra={"examples": [{"text": 'name = "strict"\n[alpha]\nmin_overall = 0.6\n'}]},
     )
     text: str = Field(min_length=1, max_length=100_000, description="Policy TOML.")
@@ -98,6 +99,7 @@ def get_policy(
 class ValidateRequest(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
+        strict=True,
         json_schema_extra={"examples": [{"policy": "default", "deployment": "chat-prod"}]},
     )
     policy: str | None = Field(
@@ -216,7 +218,7 @@ def get_validation(
 
 class MlflowRunRequest(BaseModel):
     model_config = ConfigDict(
-        extra="forbid", json_schema_extra={"examples": [{"mlflow_run_id": "a1b2c3"}]}
+        extra="forbid", strict=True, json_schema_extra={"examples": [{"mlflow_run_id": "a1b2c3"}]}
     )
     mlflow_run_id: str = Field(min_length=1, max_length=64)
 
@@ -243,7 +245,9 @@ def set_validation_run(
 
 class DeploymentCreateRequest(BaseModel):
     model_config = ConfigDict(
-        extra="forbid", json_schema_extra={"examples": [{"name": "chat-prod", "policy": "default"}]}
+        extra="forbid",
+        strict=True,
+        json_schema_extra={"examples": [{"name": "chat-prod", "policy": "default"}]},
     )
     name: str = Field(min_length=1, max_length=100)
     policy: str = Field(default="default", min_length=1, max_length=100)
@@ -252,6 +256,7 @@ class DeploymentCreateRequest(BaseModel):
 class PromoteRequest(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
+        strict=True,
         json_schema_extra={
             "examples": [{"pair": "3f2a9c1b7d4e", "reason": "passed canary", "expect_version": 4}]
         },
@@ -267,6 +272,7 @@ class PromoteRequest(BaseModel):
 class RollbackRequest(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
+        strict=True,
         json_schema_extra={"examples": [{"reason": "acceptance fell in production"}]},
     )
     reason: str = Field(min_length=1, max_length=2000)
@@ -275,7 +281,7 @@ class RollbackRequest(BaseModel):
 
 class DeploymentPolicyRequest(BaseModel):
     model_config = ConfigDict(
-        extra="forbid", json_schema_extra={"examples": [{"policy": "strict"}]}
+        extra="forbid", strict=True, json_schema_extra={"examples": [{"policy": "strict"}]}
     )
     policy: str = Field(min_length=1, max_length=100)
 
@@ -329,7 +335,11 @@ def get_deployment(
 def deployment_at(
     name: str,
     request: Request,
-    time: Annotated[AwareDatetime, Query()],
+    time: Annotated[
+        AwareDatetime,
+        BeforeValidator(_iso_text_only),
+        Query(description="ISO-8601 date-time with a timezone."),
+    ],
     principal: Principal = Depends(require(READ_REGISTRY)),
 ) -> DeploymentEventRecord | None:
     when: datetime = time

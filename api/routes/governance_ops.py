@@ -32,6 +32,7 @@ router = APIRouter()
 class MeasurementStoreRequest(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
+        strict=True,
         json_schema_extra={
             "examples": [
                 {
@@ -107,6 +108,7 @@ def get_measurement(
 class ClaimRequest(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
+        strict=True,
         json_schema_extra={
             "examples": [{"worker": "gpu-box-1:4242", "device": "cuda", "lease_seconds": 60}]
         },
@@ -121,6 +123,7 @@ class ClaimRequest(BaseModel):
 class RenewRequest(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
+        strict=True,
         json_schema_extra={"examples": [{"worker": "gpu-box-1:4242", "lease_seconds": 60}]},
     )
     worker: str = Field(min_length=1, max_length=200)
@@ -130,6 +133,7 @@ class RenewRequest(BaseModel):
 class CompleteRequest(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
+        strict=True,
         json_schema_extra={
             "examples": [
                 {
@@ -146,6 +150,7 @@ class CompleteRequest(BaseModel):
 class FailRequest(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
+        strict=True,
         json_schema_extra={
             "examples": [{"worker": "gpu-box-1:4242", "error": "CUDA out of memory", "retry": True}]
         },
@@ -253,6 +258,7 @@ def fail_job(
 class ReasonRequest(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
+        strict=True,
         json_schema_extra={
             "examples": [{"reason": "expected: v2 was tuned for prose; code traffic is small"}]
         },
@@ -263,6 +269,7 @@ class ReasonRequest(BaseModel):
 class DriftCheckRequest(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
+        strict=True,
         json_schema_extra={
             "examples": [
                 {
@@ -347,7 +354,7 @@ def check_drift(
 
 class WatchRequest(BaseModel):
     model_config = ConfigDict(
-        extra="forbid", json_schema_extra={"examples": [{"lineage": "acme/chat-8b"}]}
+        extra="forbid", strict=True, json_schema_extra={"examples": [{"lineage": "acme/chat-8b"}]}
     )
     lineage: str | None = None
 
