@@ -9,10 +9,11 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import INGEST, READ_AUDIT, READ_REGISTRY, Principal, require
 from api.deps import call
+from api.params import Limit, Timestamp
 from registry.records_requests import (
     MAX_BATCH,
     ExportResult,
@@ -36,11 +37,6 @@ RequestCursor = Annotated[
         pattern=r"^[A-Za-z0-9_-]+$",
         description="`next_cursor` from the previous page; omit for the first page.",
     ),
-]
-Limit = Annotated[int, Query(ge=1, le=500, description="Page size.")]
-Timestamp = Annotated[
-    AwareDatetime | None,
-    Query(description="ISO-8601 date-time with a timezone, e.g. 2025-01-31T12:00:00Z."),
 ]
 
 
