@@ -23,6 +23,7 @@ venv: $(VENV)/.installed
 ## Set up, initialise the embedded registry (SQLite + local MLflow store), seed the demo, serve.
 run: venv
 	$(BIN)/pairreg init
+	$(BIN)/pairreg demo
 	$(BIN)/pairreg serve --host $(HOST) --port $(PORT)
 
 ## Set up and run the whole test suite (ruff, then pytest).

@@ -29,6 +29,7 @@ SUBAPPS: list[tuple[str, str, str | None, str]] = [
     ("cli.tiny", "app", "tiny", "Build the tiny reference pairs."),
     ("cli.governance", "register", None, ""),
     ("cli.requests", "register", None, ""),
+    ("cli.demo", "register", None, ""),
 ]
 
 

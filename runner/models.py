@@ -15,6 +15,10 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from transformers.masking_utils import create_causal_mask
+from transformers.utils import logging as hf_logging
+
+# Loading a few-MB model prints a per-tensor progress bar that drowns the CLI's own.
+hf_logging.disable_progress_bar()
 
 _DTYPES = {
     "float32": torch.float32,
