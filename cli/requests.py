@@ -376,8 +376,8 @@ def proxy(
 ) -> None:
     """OpenAI-compatible pass-through that tags every request with the live pair."""
     import uvicorn
-    from api.proxy import create_proxy_app
 
+    from api.proxy import create_proxy_app
     from registry.settings import get_settings
 
     settings = get_settings()
