@@ -202,30 +202,23 @@ def compare_for_drift(
             f"Holm p={e.p_holm:.4f})"
             for c, e in drifted.items()
         )
-        flag = DriftFlag(
-            kind="drift",
-            pair_id=candidate.id,
-            baseline_pair_id=base.pair_id,
-            baseline_measurement_id=base.id,
-            candidate_measurement_id=candidate_measurement.id,
-            policy_name=pol.name,
-            effects=payload,
-            severity=severity(effects, d["margin"]),
-            state="open",
-            summary=summary,
-            opened_by=actor,
-        )
-        session.add(flag)
-        session.flush()
-        append_event(
+        flag = open_flag(
             session,
+            DriftFlag(
+                kind="drift",
+                pair_id=candidate.id,
+                baseline_pair_id=base.pair_id,
+                baseline_measurement_id=base.id,
+                candidate_measurement_id=candidate_measurement.id,
+                policy_name=pol.name,
+                effects=payload,
+                severity=severity(effects, d["margin"]),
+                summary=summary,
+            ),
             actor=actor,
-            action="drift.flag_opened",
-            entity_type="drift_flag",
-            entity_id=flag.id,
             payload={
                 "pair_digest": candidate.pair_digest,
-                "severity": flag.severity,
+                "severity": severity(effects, d["margin"]),
                 "summary": summary,
                 "baseline_measurement_id": base.id,
                 "candidate_measurement_id": candidate_measurement.id,
@@ -317,31 +310,43 @@ def on_verify(session: Session, art: Artifact, report: VerifyReport, actor: str)
     )
     if existing is not None:
         return
-    flag = DriftFlag(
-        kind="integrity",
-        artifact_id=art.id,
-        effects={
-            "changed": report.changed,
-            "missing": report.missing,
-            "added": report.added,
-            "path": report.path,
-            "manifest_digest": report.manifest_digest,
-        },
-        severity="high",
-        state="open",
-        summary=summary,
-        opened_by=actor,
+    open_flag(
+        session,
+        DriftFlag(
+            kind="integrity",
+            artifact_id=art.id,
+            effects={
+                "changed": report.changed,
+                "missing": report.missing,
+                "added": report.added,
+                "path": report.path,
+                "manifest_digest": report.manifest_digest,
+            },
+            severity="high",
+            summary=summary,
+        ),
+        actor=actor,
+        payload={"artifact_id": art.id, "summary": summary},
     )
+
+
+def open_flag(
+    session: Session, flag: DriftFlag, *, actor: str, payload: dict[str, Any]
+) -> DriftFlag:
+    """Open a drift, integrity or workload flag with its audit event (one way for all)."""
+    flag.state = "open"
+    flag.opened_by = actor
     session.add(flag)
     session.flush()
     append_event(
         session,
         actor=actor,
-        action="integrity.flag_opened",
+        action=f"{flag.kind}.flag_opened",
         entity_type="drift_flag",
         entity_id=flag.id,
-        payload={"artifact_id": art.id, "summary": summary},
+        payload=payload,
     )
+    return flag
 
 
 # --- reading and closing flags ---------------------------------------------------------

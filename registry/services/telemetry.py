@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from registry.audit import append_event, lock_writes
+from registry.audit import lock_writes
 from registry.errors import InvalidInput
 from registry.models import (
     DeploymentEvent,
@@ -38,6 +38,7 @@ from registry.models import (
 )
 from registry.records_requests import TelemetryResult
 from registry.services.base import operation
+from registry.services.drift import open_flag
 from registry.services.requests import _deployment
 
 COUNTERS = {
@@ -252,32 +253,24 @@ def _open_workload_flag(
         f"workload drift on {deployment}: online acceptance {online:.4f} over {drafted} draft "
         f"tokens is below the validated {baseline:.4f} by more than {margin:.4f}"
     )
-    flag = DriftFlag(
-        kind="workload",
-        pair_id=pair.id,
-        policy_name=policy_name,
-        effects={
-            "deployment": deployment,
-            "online_acceptance": online,
-            "baseline_acceptance": baseline,
-            "drop": baseline - online,
-            "margin": margin,
-            "window_draft_tokens": drafted,
-            "metric": "accepted_tokens / draft_tokens (vLLM draft_acceptance_rate)",
-        },
-        severity="high" if baseline - online > 2 * margin else "medium",
-        state="open",
-        summary=summary,
-        opened_by=actor,
-    )
-    session.add(flag)
-    session.flush()
-    append_event(
+    return open_flag(
         session,
+        DriftFlag(
+            kind="workload",
+            pair_id=pair.id,
+            policy_name=policy_name,
+            effects={
+                "deployment": deployment,
+                "online_acceptance": online,
+                "baseline_acceptance": baseline,
+                "drop": baseline - online,
+                "margin": margin,
+                "window_draft_tokens": drafted,
+                "metric": "accepted_tokens / draft_tokens (vLLM draft_acceptance_rate)",
+            },
+            severity="high" if baseline - online > 2 * margin else "medium",
+            summary=summary,
+        ),
         actor=actor,
-        action="workload.flag_opened",
-        entity_type="drift_flag",
-        entity_id=flag.id,
         payload={"pair_digest": pair.pair_digest, "deployment": deployment, "summary": summary},
     )
-    return flag
