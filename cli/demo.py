@@ -51,7 +51,7 @@ def demo(
             dep = backend.get_deployment(name=DEMO_DEPLOYMENT)
         except NotFound:
             dep = None
-        if dep is not None and dep.current_pair is not None:
+        if dep is not None and dep.current_pair_id is not None:
             console.print(f"demo already seeded: deployment {DEMO_DEPLOYMENT} is live")
             return
     started = time.monotonic()
