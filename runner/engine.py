@@ -66,8 +66,14 @@ class DecodeOptions:
 class SpeculativeEngine:
     """One target (plus optional drafter) reused across prompts."""
 
-    def __init__(self, target_model, drafter: Drafter | None, options: DecodeOptions,
-                 eos: set[int], generator: torch.Generator | None = None) -> None:
+    def __init__(
+        self,
+        target_model,
+        drafter: Drafter | None,
+        options: DecodeOptions,
+        eos: set[int],
+        generator: torch.Generator | None = None,
+    ) -> None:
         if options.acceptance not in ("strict", "typical"):
             raise ValueError(f"unknown acceptance rule {options.acceptance!r}")
         self.options = options
@@ -210,8 +216,9 @@ class SpeculativeEngine:
         if not lossy:
             return speculative_verify(p, q, d, self.generator)
         # lossy mix: strict rejection sampling for the first n_strict, typical afterwards
-        n_acc, nxt, betas = speculative_verify(p[: n_strict + 1], q[:n_strict], d[:n_strict],
-                                               self.generator)
+        n_acc, nxt, betas = speculative_verify(
+            p[: n_strict + 1], q[:n_strict], d[:n_strict], self.generator
+        )
         if n_acc < n_strict:
             return n_acc, nxt, betas
         ok = typical_accept(p[:n], d, o.typical_epsilon, o.typical_delta).tolist()

@@ -61,8 +61,15 @@ def _versions() -> dict[str, str]:
 
 def _flatten_metrics(result: dict[str, Any]) -> dict[str, float]:
     metrics: dict[str, float] = {}
-    keys = ("alpha", "draft_acceptance_rate", "tau", "tau_theoretical", "expected_alpha",
-            "speedup_estimate", "mean_acceptance_length")
+    keys = (
+        "alpha",
+        "draft_acceptance_rate",
+        "tau",
+        "tau_theoretical",
+        "expected_alpha",
+        "speedup_estimate",
+        "mean_acceptance_length",
+    )
     groups = {**result.get("categories", {}), "overall": result.get("overall", {})}
     for cat, stats in groups.items():
         for key in keys:

@@ -132,13 +132,22 @@ class CachedLM:
         n = ids.shape[1]
         pos = torch.arange(self.length, self.length + n, device=ids.device).unsqueeze(0)
         mask = create_causal_mask(
-            config=body.config, inputs_embeds=h, attention_mask=None, cache=self.cache,
+            config=body.config,
+            inputs_embeds=h,
+            attention_mask=None,
+            cache=self.cache,
             position_ids=pos,
         )
         pe = body.rotary_emb(h, position_ids=pos)
         for layer in body.layers[: body.config.num_hidden_layers]:
-            h = layer(h, attention_mask=mask, position_embeddings=pe, position_ids=pos,
-                      cache=self.cache, use_cache=True)
+            h = layer(
+                h,
+                attention_mask=mask,
+                position_embeddings=pe,
+                position_ids=pos,
+                cache=self.cache,
+                use_cache=True,
+            )
         return body.norm(h)[0]
 
     def rollback(self, n: int) -> None:

@@ -88,7 +88,5 @@ def typical_accept(
     ``p(x) > min(epsilon, delta * exp(-H(p)))``. Returns one bool per row."""
     rows = torch.arange(draft.shape[0], device=p.device)
     entropy = -(p * torch.log(p.clamp_min(1e-12))).sum(dim=-1)
-    threshold = torch.minimum(
-        torch.full_like(entropy, epsilon), delta * torch.exp(-entropy)
-    )
+    threshold = torch.minimum(torch.full_like(entropy, epsilon), delta * torch.exp(-entropy))
     return p[rows, draft] > threshold

@@ -110,8 +110,9 @@ def summarize_group(
         if draft_per_token is None or not target_per_call
         else draft_per_token / target_per_call
     )
-    counters = {f: (int(v) if not f.endswith("_s") and f != "beta_sum" else v)
-                for f, v in sums.items()}
+    counters = {
+        f: (int(v) if not f.endswith("_s") and f != "beta_sum" else v) for f, v in sums.items()
+    }
     counters["accepted_per_position"] = [int(x) for x in acc_pos]
     counters["verified_per_position"] = [int(x) for x in ver_pos]
     return {

@@ -146,7 +146,7 @@ class _Sampler:
 
     def __init__(self, data: bytes, seed: int) -> None:
         self.data = torch.tensor(list(data), dtype=torch.long)
-        starts = [0] + [i + 1 for i, b in enumerate(data[:-SEQ_LEN - 2]) if b == 10]
+        starts = [0] + [i + 1 for i, b in enumerate(data[: -SEQ_LEN - 2]) if b == 10]
         self.starts = torch.tensor(starts, dtype=torch.long)
         self.gen = torch.Generator().manual_seed(seed)
 
@@ -190,8 +190,9 @@ def _lr(step: int, steps: int, peak: float, warmup: int = 20) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-def _train_lm(model, sampler: _Sampler, steps: int, peak_lr: float, stage: str,
-              tick: Callable[[str], None]) -> float:
+def _train_lm(
+    model, sampler: _Sampler, steps: int, peak_lr: float, stage: str, tick: Callable[[str], None]
+) -> float:
     """Plain next-token training; returns the last loss (for the build log)."""
     opt = torch.optim.AdamW(model.parameters(), lr=peak_lr, weight_decay=0.01)
     model.train()

@@ -14,8 +14,7 @@ from runner import (
 
 def test_alpha_drops_against_target_v2(tiny):
     prompts = load_suite("code").prompts[:8]
-    s = MeasureSettings(method="draft_model", k=4, temperature=1.0, max_new_tokens=40,
-                        device="cpu")
+    s = MeasureSettings(method="draft_model", k=4, temperature=1.0, max_new_tokens=40, device="cpu")
     v1 = measure_pair(tiny.target_v1, tiny.draft, prompts, s).categories["code"]
     v2 = measure_pair(tiny.target_v2, tiny.draft, prompts, s).categories["code"]
     assert v2["alpha"] < v1["alpha"] - 0.08, (v1["alpha"], v2["alpha"])

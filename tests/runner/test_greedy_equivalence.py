@@ -31,10 +31,13 @@ def setup(tiny):
         for p in ids:
             x = torch.tensor([p])
             seq = target.generate(
-                x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=MAX_NEW,
+                x,
+                attention_mask=torch.ones_like(x),
+                do_sample=False,
+                max_new_tokens=MAX_NEW,
                 pad_token_id=tok.pad_token_id,
             )
-            refs.append(seq[0, len(p):].tolist())
+            refs.append(seq[0, len(p) :].tolist())
     return tok, target, ids, refs
 
 
@@ -69,7 +72,9 @@ def test_measure_pair_greedy_outputs_match(tiny, setup):
     _, _, ids, refs = setup
     prompts = [load_suite("code").prompts[0]]
     res = measure_pair(
-        tiny.target_v1, tiny.draft, prompts,
+        tiny.target_v1,
+        tiny.draft,
+        prompts,
         MeasureSettings(method="draft_model", k=3, max_new_tokens=MAX_NEW, device="cpu"),
     )
     assert res.prompts[0]["output_ids"] == refs[0]

@@ -16,9 +16,12 @@ def test_proposes_continuation_of_first_match():
 def test_copy_heavy_prompt_accepts_long_runs(tiny):
     block = "for i in range(10):\n    total = total + i\n"
     prompt = Prompt("copy", "code", block * 4 + "for i in")
-    res = measure_pair(tiny.target_v1, None, [prompt],
-                       MeasureSettings(method="prompt_lookup", k=5, max_new_tokens=48,
-                                       device="cpu"))
+    res = measure_pair(
+        tiny.target_v1,
+        None,
+        [prompt],
+        MeasureSettings(method="prompt_lookup", k=5, max_new_tokens=48, device="cpu"),
+    )
     row = res.prompts[0]
     assert row["accepted"] > 0
     assert max(i for i, c in enumerate(row["accepted_per_position"]) if c) >= 2

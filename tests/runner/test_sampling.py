@@ -83,8 +83,9 @@ def test_typical_acceptance_threshold():
 
 def test_tiny_pair_alpha_estimates_agree(tiny):
     prompts = load_suite("code").prompts[:8]
-    s = MeasureSettings(method="draft_model", k=4, temperature=1.0, max_new_tokens=40,
-                        device="cpu", seed=3)
+    s = MeasureSettings(
+        method="draft_model", k=4, temperature=1.0, max_new_tokens=40, device="cpu", seed=3
+    )
     res = measure_pair(tiny.target_v1, tiny.draft, prompts, s).overall
     a_lo, a_hi = res["alpha_ci"]
     e_lo, e_hi = res["expected_alpha_ci"]

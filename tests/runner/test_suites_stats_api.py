@@ -43,8 +43,12 @@ def test_user_and_specbench_files(tmp_path):
     f.write_text('{"id": "a", "category": "code", "prompt": "def f("}\n\n')
     assert load_suite(str(f)).prompts == [Prompt("a", "code", "def f(")]
     sb = tmp_path / "question.jsonl"
-    sb.write_text(json.dumps({"question_id": 81, "category": "writing",
-                              "turns": ["Write a poem.", "Shorter."]}) + "\n")
+    sb.write_text(
+        json.dumps(
+            {"question_id": 81, "category": "writing", "turns": ["Write a poem.", "Shorter."]}
+        )
+        + "\n"
+    )
     assert load_suite(str(sb)).prompts == [Prompt("81", "writing", "Write a poem.")]
 
 
@@ -55,8 +59,10 @@ def test_user_and_specbench_files(tmp_path):
         ('{"id": "a", "category": "x", "prompt": "p"}\nnot json\n', "line 2: invalid JSON"),
         ('{"question_id": 1, "turns": []}\n', "line 1: field 'turns'"),
         ('{"id": "a", "prompt": "p"}\n', "line 1: missing or empty field 'category'"),
-        ('{"id":"a","category":"c","prompt":"p"}\n{"id":"a","category":"c","prompt":"q"}\n',
-         "line 2: duplicate id"),
+        (
+            '{"id":"a","category":"c","prompt":"p"}\n{"id":"a","category":"c","prompt":"q"}\n',
+            "line 2: duplicate id",
+        ),
     ],
 )
 def test_bad_files(tmp_path, content, msg):
@@ -76,11 +82,23 @@ def test_formulas():
 
 
 def _row(pid, cat, acc, rej, drafted):
-    return {"id": pid, "category": cat, "target_calls": 1 + acc + rej, "prefill_calls": 1,
-            "steps": acc + rej, "drafted": drafted, "accepted": acc, "rejections": rej,
-            "emitted": 1 + 2 * acc + rej, "beta_sum": 0.0, "beta_count": 0,
-            "accepted_per_position": [acc, 0], "verified_per_position": [acc + rej, 0],
-            "draft_time_s": 0.1, "target_time_s": 0.2}
+    return {
+        "id": pid,
+        "category": cat,
+        "target_calls": 1 + acc + rej,
+        "prefill_calls": 1,
+        "steps": acc + rej,
+        "drafted": drafted,
+        "accepted": acc,
+        "rejections": rej,
+        "emitted": 1 + 2 * acc + rej,
+        "beta_sum": 0.0,
+        "beta_count": 0,
+        "accepted_per_position": [acc, 0],
+        "verified_per_position": [acc + rej, 0],
+        "draft_time_s": 0.1,
+        "target_time_s": 0.2,
+    }
 
 
 def test_summarize_recomputes_from_rows():
@@ -98,15 +116,32 @@ def test_summarize_recomputes_from_rows():
 
 def test_measure_result_shape_and_mlflow(tiny, tmp_path):
     prompts = load_suite("structured").prompts[:2]
-    s = MeasureSettings(method="medusa", k=3, temperature=0.7, top_p=0.9, max_new_tokens=16,
-                        device="cpu", acceptance="typical", strict_prefix_tokens=4)
+    s = MeasureSettings(
+        method="medusa",
+        k=3,
+        temperature=0.7,
+        top_p=0.9,
+        max_new_tokens=16,
+        device="cpu",
+        acceptance="typical",
+        strict_prefix_tokens=4,
+    )
     res = measure_pair(tiny.target_v1, tiny.medusa, prompts, s, suite_digest="abc")
     d = json.loads(json.dumps(res.to_dict()))
     assert d["lossy"] is True and d["suite_digest"] == "abc"
     assert d["runner_version"] == RUNNER_VERSION
     cat = d["categories"]["structured"]
-    for key in ("alpha", "alpha_ci", "draft_acceptance_rate", "tau", "tau_theoretical",
-                "expected_alpha", "per_position", "prompts", "counters"):
+    for key in (
+        "alpha",
+        "alpha_ci",
+        "draft_acceptance_rate",
+        "tau",
+        "tau_theoretical",
+        "expected_alpha",
+        "per_position",
+        "prompts",
+        "counters",
+    ):
         assert key in cat
     row = d["prompts"][0]
     assert len(row["accepted_per_position"]) == 3 and row["emitted"] == len(row["output_ids"])
