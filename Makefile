@@ -26,9 +26,10 @@ run: venv
 	$(BIN)/pairreg demo
 	$(BIN)/pairreg serve --host $(HOST) --port $(PORT)
 
-## Set up and run the whole test suite (ruff, then pytest).
+## Set up and run the whole test suite (ruff lint and format check, then pytest).
 test: venv
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: venv
