@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,16 +16,11 @@ import pytest
 
 from tests.api.conftest import run_cli
 from tests.fixtures import write_fake_model
+from tests.serve_process import ApiServer
 
 TIME_KEYS = {"registered_at", "created_at", "occurred_at", "revoked_at", "last_used_at"}
 ACTOR_KEYS = {"actor", "registered_by", "created_by"}
 HASH_KEYS = {"chain_hash", "prev_hash", "head_hash"}  # they cover times and actors
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _normalise(value: Any) -> Any:
@@ -51,47 +44,16 @@ def _normalise(value: Any) -> Any:
 
 
 @pytest.fixture
-def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+def server(tmp_path: Path) -> Iterator[dict[str, Any]]:
     """``pairreg serve`` in its own process with a fresh home (SQLite default)."""
-    home = tmp_path / "server-home"
-    port = _free_port()
-    env = {
-        **os.environ,
-        "PAIRREG_HOME": str(home),
-        "PAIRREG_EMBEDDED_WORKER": "0",
-        "HF_HUB_OFFLINE": "1",
-    }
+    srv = ApiServer(None, tmp_path / "server-home", env={"HF_HUB_OFFLINE": "1"}).start()
+    env = {**os.environ, "PAIRREG_HOME": str(srv.home), **srv.extra_env}
     for key in ("PAIRREG_URL", "PAIRREG_TOKEN", "PAIRREG_DATABASE_URL"):
         env.pop(key, None)
-    log = (tmp_path / "server.log").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "serve", "--port", str(port), "--log-level", "warning"],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=Path(__file__).parents[2],
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"server did not start: {(tmp_path / 'server.log').read_text()}")
-        time.sleep(0.2)
     try:
-        yield {"url": url, "home": home, "log": tmp_path / "server.log", "env": env}
+        yield {"url": srv.url, "home": srv.home, "log": srv.log, "env": env}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        srv.stop()
 
 
 def _script(target: Path, draft: Path) -> list[list[str]]:

@@ -15,11 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from tests.api.test_e2e_modes import _free_port
 from tests.governance.conftest import POLICY
+from tests.serve_process import ApiServer
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -27,38 +26,16 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[dict[str, str]]:
-    home = tmp_path / "home"
-    port = _free_port()
-    env = {**os.environ, "PAIRREG_HOME": str(home), "PAIRREG_MLFLOW": "0",
-           "PAIRREG_EMBEDDED_WORKER": "1", "HF_HUB_OFFLINE": "1"}  # fmt: skip
-    for key in ("PAIRREG_URL", "PAIRREG_TOKEN", "PAIRREG_DATABASE_URL"):
+    extra = {"PAIRREG_MLFLOW": "0", "PAIRREG_EMBEDDED_WORKER": "1", "HF_HUB_OFFLINE": "1"}
+    srv = ApiServer(None, tmp_path / "home", env=extra).start()
+    assert srv.proc is not None
+    env = {**os.environ, "PAIRREG_HOME": str(srv.home), **extra}
+    for key in ("PAIRREG_TOKEN", "PAIRREG_DATABASE_URL"):
         env.pop(key, None)
-    log = (tmp_path / "server.log").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "serve", "--port", str(port), "--log-level", "warning"],
-        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"server did not start: {(tmp_path / 'server.log').read_text()}")
-        time.sleep(0.2)
     try:
-        yield {**env, "PAIRREG_URL": url, "SERVER_PID": str(proc.pid)}
+        yield {**env, "PAIRREG_URL": srv.url, "SERVER_PID": str(srv.proc.pid)}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        srv.stop()
 
 
 def pairreg(env: dict[str, str], *args: str) -> tuple[int, Any]:

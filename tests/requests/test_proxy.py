@@ -21,7 +21,7 @@ from registry.services import artifacts as art_svc
 from registry.services import pairs as pair_svc
 from registry.settings import Settings
 from tests.requests.conftest import ACTOR, promote_at
-from tests.requests.server import ApiServer, free_port, mint
+from tests.serve_process import ApiServer, free_port, mint
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

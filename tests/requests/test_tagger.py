@@ -16,7 +16,7 @@ from api.tagger import Tagger, TaggerError
 from registry.db import session_scope
 from registry.models import RequestId, RequestTag
 from tests.requests.conftest import Served
-from tests.requests.server import ApiServer, free_port, mint
+from tests.serve_process import ApiServer, free_port, mint
 
 N = 10_000
 

@@ -1,4 +1,4 @@
-"""Run ``pairreg serve`` as a real subprocess (so it can be SIGKILLed) for tagger tests."""
+"""Run ``pairreg serve`` as a real subprocess: end-to-end, remote-mode and fault tests."""
 
 from __future__ import annotations
 
@@ -30,12 +30,23 @@ def mint(url: str, role: str = "ingest", name: str = "tagger") -> str:
 
 
 class ApiServer:
-    """``pairreg serve`` on a port, against a given database, in its own process group."""
+    """``pairreg serve`` on a port, in its own process group (so it can be SIGKILLed).
 
-    def __init__(self, db_url: str, home: Path, port: int | None = None):
+    ``db_url`` None means the embedded default (SQLite in ``home``); ``env`` adds or
+    overrides variables (e.g. ``PAIRREG_EMBEDDED_WORKER=1``).
+    """
+
+    def __init__(
+        self,
+        db_url: str | None,
+        home: Path,
+        port: int | None = None,
+        env: dict[str, str] | None = None,
+    ):
         self.db_url = db_url
         self.home = home
         self.port = port or free_port()
+        self.extra_env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = home / "server.log"
 
@@ -44,13 +55,12 @@ class ApiServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 60.0) -> ApiServer:
-        env = {
-            **os.environ,
-            "PAIRREG_HOME": str(self.home),
-            "PAIRREG_DATABASE_URL": self.db_url,
-            "PAIRREG_EMBEDDED_WORKER": "0",
-        }
-        env.pop("PAIRREG_URL", None)
+        env = {**os.environ, "PAIRREG_HOME": str(self.home), "PAIRREG_EMBEDDED_WORKER": "0"}
+        for key in ("PAIRREG_URL", "PAIRREG_TOKEN", "PAIRREG_DATABASE_URL"):
+            env.pop(key, None)
+        if self.db_url is not None:
+            env["PAIRREG_DATABASE_URL"] = self.db_url
+        env.update(self.extra_env)
         self.home.mkdir(parents=True, exist_ok=True)
         log = open(self.log, "ab")  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(
@@ -63,7 +73,7 @@ class ApiServer:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited: {self.log.read_text()[-2000:]}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
