@@ -235,7 +235,7 @@ def _train_medusa(
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        loss_val = float(loss) / heads.num_heads
+        loss_val = loss.detach().item() / heads.num_heads
         tick("medusa")
     heads.eval()
     return loss_val
