@@ -199,6 +199,7 @@ def start_background_worker(settings: Any) -> threading.Event:
     stop = threading.Event()
     backend = LocalBackend(settings)
     me = f"{worker_name()}:embedded"
+    backend.actor = f"worker:{me}"  # audit events name the server's worker, not its OS user
     watch_s = float(os.environ.get("PAIRREG_WATCH_INTERVAL", "300"))
 
     def loop() -> None:
