@@ -47,14 +47,22 @@ _ENGINES: dict[str, Engine] = {}
 _SESSIONMAKERS: dict[str, sessionmaker[Session]] = {}
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The database file of a file-backed SQLite URL, else None."""
+    if not is_sqlite(url):
+        return None
+    path = url.split("///", 1)[-1] if "///" in url else ""
+    return Path(path) if path and path != ":memory:" else None
+
+
 def get_engine(url: str) -> Engine:
     """One engine per URL for the life of the process."""
     if url in _ENGINES:
         return _ENGINES[url]
     if is_sqlite(url):
-        path = url.split("///", 1)[-1]
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        path = sqlite_file(url)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"timeout": 30})
         _install_sqlite_pragmas(engine)
     else:
@@ -123,6 +131,10 @@ def downgrade(url: str, revision: str = "base") -> None:
 
 def require_current_schema(url: str) -> None:
     """Refuse to work on a database whose schema is not at the code's head revision."""
+    sqlite_path = sqlite_file(url)
+    if sqlite_path is not None and not sqlite_path.exists():
+        # Connecting would create an empty file and leave it behind.
+        raise SchemaOutOfDate(f"no registry database at {sqlite_path}: run `pairreg init`")
     current = current_revision(url)
     head = head_revision()
     if current != head:

@@ -42,7 +42,11 @@ def test_roundtrip_postgres(pg_empty_url: str) -> None:
 
 def test_out_of_date_schema_is_refused(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'old.db'}"
-    with pytest.raises(SchemaOutOfDate, match="pairreg db upgrade"):
+    with pytest.raises(SchemaOutOfDate, match="pairreg init"):
+        db.require_current_schema(url)
+    assert not (tmp_path / "old.db").exists(), "checking must not create the database file"
+    db.upgrade(url, "0001")
+    with pytest.raises(SchemaOutOfDate, match="revision 0001.*pairreg db upgrade"):
         db.require_current_schema(url)
     db.upgrade(url)
     db.require_current_schema(url)
