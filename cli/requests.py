@@ -325,7 +325,8 @@ def audit_fetch_weights(
     """Download the exact Hub commits of the bundle's artifacts and re-hash them."""
     from huggingface_hub import snapshot_download
 
-    from registry.manifest import build_manifest, compare_manifests
+    from registry import hub
+    from registry.manifest import build_manifest, compare_manifests, hub_snapshot_root
 
     bundle = _load_bundle(file)
     out = []
@@ -338,10 +339,12 @@ def audit_fetch_weights(
                 f"{role} {art['ref']} has no Hub commit (source {art['source']})", field=role
             )
         try:
+            # Endpoint and cache are read now, not at import (HF_ENDPOINT may point at a mirror).
             path = snapshot_download(
                 art["hub_repo"],
                 revision=art["hub_commit"],
-                cache_dir=str(cache_dir) if cache_dir else None,
+                cache_dir=str(cache_dir or hub.default_cache_dir()),
+                endpoint=hub.default_endpoint(),
             )
         except Exception as exc:  # noqa: BLE001 - the Hub client raises many kinds
             raise InvalidInput(
@@ -349,7 +352,7 @@ def audit_fetch_weights(
             ) from exc
         snap = Path(path)
         diff = compare_manifests(
-            art["manifest"], build_manifest(snap, symlink_root=snap.parent.parent)
+            art["manifest"], build_manifest(snap, symlink_root=hub_snapshot_root(snap))
         )
         out.append({"role": role, "path": str(snap), "ok": diff.ok, **diff.to_dict()})
     if json_out:

@@ -35,7 +35,13 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from registry.canonical import canonical_json, digest_of, sha256_hex
-from registry.manifest import ManifestError, build_manifest, compare_manifests, manifest_digest
+from registry.manifest import (
+    ManifestError,
+    build_manifest,
+    compare_manifests,
+    hub_snapshot_root,
+    manifest_digest,
+)
 
 BUNDLE_FORMAT = "pairreg.audit-bundle/1"
 GENESIS_HASH = "0" * 64
@@ -406,7 +412,8 @@ def _check_weights(report: BundleReport, pair: dict[str, Any], weights: list[str
     for spec in weights:
         role, _, where = spec.partition("=") if "=" in spec else ("", "", spec)
         try:
-            actual = build_manifest(Path(where).expanduser())
+            directory = Path(where).expanduser()
+            actual = build_manifest(directory, symlink_root=hub_snapshot_root(directory))
         except ManifestError as exc:
             report.add(f"weights {where}", False, str(exc))
             continue

@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import threading
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -271,6 +272,23 @@ class Manifest:
 
     def to_json(self, *, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, indent=indent)
+
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def hub_snapshot_root(directory: str | os.PathLike[str]) -> Path:
+    """Where a directory's symlinks may point: a Hub cache snapshot
+    (``models--org--name/snapshots/<commit>``) links every file into the repository's
+    ``blobs/``, so its repository folder; any other directory, itself."""
+    resolved = Path(directory).resolve()
+    if (
+        resolved.parent.name == "snapshots"
+        and resolved.parent.parent.name.startswith("models--")
+        and _COMMIT.match(resolved.name)
+    ):
+        return resolved.parent.parent
+    return resolved
 
 
 def default_workers() -> int:

@@ -16,7 +16,13 @@ from sqlalchemy.orm import Session
 from registry import hub, model_facts
 from registry.audit import append_event, lock_writes
 from registry.errors import Conflict, InvalidInput, NotFound, PairregError
-from registry.manifest import Manifest, ManifestError, build_manifest, compare_manifests
+from registry.manifest import (
+    Manifest,
+    ManifestError,
+    build_manifest,
+    compare_manifests,
+    hub_snapshot_root,
+)
 from registry.models import Artifact, Lineage
 from registry.records import (
     PROVENANCE_FIELDS,
@@ -397,7 +403,7 @@ def verify_artifact(
         raise InvalidInput(f"path {where} is not a directory", field="path")
     try:
         actual = build_manifest(
-            directory, get_settings().hash_workers, symlink_root=_symlink_root(directory)
+            directory, get_settings().hash_workers, symlink_root=hub_snapshot_root(directory)
         )
     except ManifestError as exc:
         raise InvalidInput(f"path: {exc}", field="path") from exc
@@ -414,20 +420,6 @@ def verify_artifact(
     for listener in VERIFY_LISTENERS:
         listener(session, art, report, actor)
     return report
-
-
-def _symlink_root(directory: Path) -> Path:
-    """Where a directory's symlinks may point: a Hub cache snapshot
-    (``models--org--name/snapshots/<commit>``) links every file into the repository's
-    ``blobs/``, so its repository folder; any other directory, itself."""
-    resolved = directory.resolve()
-    if (
-        resolved.parent.name == "snapshots"
-        and resolved.parent.parent.name.startswith("models--")
-        and hub.COMMIT_RE.match(resolved.name)
-    ):
-        return resolved.parent.parent
-    return resolved
 
 
 # Governance subscribes here (integrity flags) without this module importing it.
