@@ -141,14 +141,7 @@ def validate(
     else:
         validation = res.validation
     assert validation is not None
-    if validation.mlflow_run_id is None:
-        try:
-            run_id = measure_cli.log_validation_run(validation)
-        except Exception as exc:  # noqa: BLE001 - the validation stands without its run
-            err_console.print(f"[yellow]warning:[/] MLflow run not logged: {exc}")
-            run_id = None
-        if run_id:
-            validation = backend.set_validation_run(id=validation.id, mlflow_run_id=run_id)
+    validation = measure_cli.record_validation_run(backend, validation)
     if json_out:
         print_json(validation)
     else:

@@ -235,6 +235,27 @@ def log_validation_run(validation: Any) -> str | None:
     return rid
 
 
+def record_validation_run(backend: Any, validation: Any) -> Any:
+    """Log a validation's MLflow run and attach it, once: a run attached meanwhile wins.
+
+    Whoever creates a validation calls this (the CLI for reused measurements, the worker
+    for the ones its jobs produce); workers also sweep up any that were left without one.
+    """
+    if validation.mlflow_run_id is not None:
+        return validation
+    try:
+        run_id = log_validation_run(validation)
+    except Exception as exc:  # noqa: BLE001 - the validation stands without its run
+        err_console.print(f"[yellow]warning:[/] MLflow run not logged: {exc}")
+        return validation
+    if not run_id:
+        return validation
+    try:
+        return backend.set_validation_run(id=validation.id, mlflow_run_id=run_id)
+    except InvalidInput:
+        return backend.get_validation(id=validation.id)
+
+
 def _progress_bar(total_hint: str) -> tuple[Any, Callable[[int, int], None]]:
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 

@@ -14,10 +14,12 @@ import threading
 import time
 import traceback
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import typer
 
+from cli import measure as measure_cli
 from cli.backend import get_backend
 from cli.render import console, err_console
 from registry.errors import Conflict, PairregError
@@ -114,9 +116,31 @@ def run_one(backend: Any, job: Any, worker: str, device: str, lease_s: int) -> A
     if keeper.lost.is_set():
         return backend.get_job(id=job.id)
     try:
-        return backend.complete_job(id=job.id, worker=worker, result=result)
+        final = backend.complete_job(id=job.id, worker=worker, result=result)
     except Conflict:
         return backend.get_job(id=job.id)  # someone else finished it after our lease lapsed
+    validation_id = (final.result or {}).get("validation_id")
+    if validation_id is not None:
+        measure_cli.record_validation_run(backend, backend.get_validation(id=validation_id))
+    return final
+
+
+SWEEP_AFTER_S = 120.0
+
+
+def sweep_validation_runs(backend: Any) -> int:
+    """Attach MLflow runs to validations nobody logged (e.g. validated through the API on a
+    reused measurement). Only ones older than SWEEP_AFTER_S, so their creator goes first."""
+    if not measure_cli.mlflow_enabled():
+        return 0
+    done = 0
+    cutoff = datetime.now(UTC) - timedelta(seconds=SWEEP_AFTER_S)
+    page = backend.list_validations(without_mlflow_run=True, limit=100)
+    for validation in page.items:
+        if validation.created_at <= cutoff:
+            measure_cli.record_validation_run(backend, validation)
+            done += 1
+    return done
 
 
 def work(
@@ -139,6 +163,7 @@ def work(
     stop = stop or threading.Event()
     ran = 0
     next_watch = time.monotonic() + watch_s if watch_s > 0 else None
+    next_sweep = time.monotonic()
     dev_filter = None if device == "auto" else device
     while not stop.is_set():
         if next_watch is not None and time.monotonic() >= next_watch:
@@ -152,6 +177,13 @@ def work(
         if job is None:
             if once:
                 break
+            if time.monotonic() >= next_sweep:
+                try:
+                    sweep_validation_runs(backend)
+                except Exception as exc:  # noqa: BLE001 - the next sweep tries again
+                    if log:
+                        log(f"validation run sweep failed: {exc}")
+                next_sweep = time.monotonic() + 60.0
             stop.wait(poll_s)
             continue
         if log:

@@ -189,6 +189,7 @@ def list_validations(
     request: Request,
     pair: str | None = None,
     policy: str | None = None,
+    without_mlflow_run: bool = Query(False, description="Only validations with no MLflow run."),
     cursor: Cursor = None,
     limit: Limit = 100,
     principal: Principal = Depends(require(READ_REGISTRY)),
@@ -199,6 +200,7 @@ def list_validations(
         val_svc.list_validations,
         pair=pair,
         policy=policy,
+        without_mlflow_run=without_mlflow_run,
         cursor=cursor,
         limit=limit,
     )

@@ -490,10 +490,13 @@ def list_validations(
     *,
     pair: str | None = None,
     policy: str | None = None,
+    without_mlflow_run: bool = False,
     cursor: str | None = None,
     limit: int = 100,
 ) -> Page[ValidationRecord]:
     stmt = select(Validation)
+    if without_mlflow_run:  # workers attach runs to validations nobody logged yet
+        stmt = stmt.where(Validation.mlflow_run_id.is_(None))
     if pair:
         stmt = stmt.where(Validation.pair_id == resolve_pair(session, pair).id)
     if policy:

@@ -52,3 +52,48 @@ def test_measure_stores_and_logs(home, cli, tiny, tmp_path: Path, monkeypatch) -
 
     bad = cli("measure", digest[:12], "--suite", str(tmp_path / "missing.jsonl"))
     assert bad.rc == 2 and len(bad.err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_every_validation_gets_an_mlflow_run(home, cli, tiny, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import mlflow
+
+    from cli import worker as worker_cli
+    from cli.backend import LocalBackend
+    from registry.db import session_scope
+    from registry.services import validation as val_svc
+    from tests.governance.conftest import POLICY
+
+    tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking)
+    client = mlflow.MlflowClient(tracking_uri=tracking)
+    assert cli("policy", "put", str(POLICY)).rc == 0
+    assert cli("artifact", "add", tiny.target_v1, "--name", "tiny/target-v1",
+               "--role", "target").rc == 0  # fmt: skip
+    assert cli("artifact", "add", tiny.draft, "--name", "tiny/draft", "--role", "draft").rc == 0
+    reg = cli("pair", "register", "--target", "tiny/target-v1@v1", "--draft", "tiny/draft@v1",
+              "--method", "draft_model", "--k", "4", "--json").json()  # fmt: skip
+    digest = reg["pair"]["pair_digest"]
+
+    # Measured by a job: the worker that ran it logs the run.
+    first = cli("validate", digest[:12], "--policy", "tiny", "--json")
+    assert first.rc == 0, first.err
+    run = client.get_run(first.json()["mlflow_run_id"])
+    assert run.data.params["pair_digest"] == digest and run.data.params["policy"] == "tiny"
+    assert run.data.metrics["passed"] == 1.0
+    assert {k for k in run.data.metrics if k.startswith("gate.")} >= {
+        "gate.alpha.overall", "gate.lossless", "gate.flags"
+    }  # fmt: skip
+
+    # A validation created without any CLI or worker (as through the API on a reused
+    # measurement) is picked up by the workers' sweep.
+    with session_scope(home.db_url) as s:
+        made = val_svc.validate_pair(s, ref=digest, policy="tiny", actor="token:api")
+    assert made.state == "done" and made.validation.mlflow_run_id is None
+    monkeypatch.setattr(worker_cli, "SWEEP_AFTER_S", 0.0)
+    backend = LocalBackend(home)
+    assert worker_cli.sweep_validation_runs(backend) == 1
+    swept = backend.get_validation(id=made.validation.id)
+    assert swept.mlflow_run_id and swept.mlflow_run_id != first.json()["mlflow_run_id"]
+    assert client.get_run(swept.mlflow_run_id).data.params["pair_digest"] == digest
+    assert worker_cli.sweep_validation_runs(backend) == 0  # nothing left without a run
