@@ -50,7 +50,9 @@ HOP_HEADERS = {
     "accept-encoding",
 }
 TAGGED_PATHS = ("/v1/completions", "/v1/chat/completions")
-PROXY_HEADER = "x-pairreg-proxied"
+# A pairreg server upstream (its embedded /v1/completions) tags every request itself and
+# says so with this response header; the proxy then does not tag the request again.
+UPSTREAM_TAGGED = "x-pairreg-pair-digest"
 
 
 class LivePair:
@@ -164,7 +166,6 @@ def create_proxy_app(
 
         request_id = request.headers.get("x-request-id") or f"pxy-{uuid.uuid4().hex}"
         headers["x-request-id"] = request_id
-        headers[PROXY_HEADER] = "1"  # an embedded pairreg upstream then leaves tagging to us
         digest = live.digest
         served_at = datetime.now(UTC)
         extra = {"x-request-id": request_id}
@@ -180,13 +181,15 @@ def create_proxy_app(
             except httpx.HTTPError as exc:
                 return JSONResponse({"error": f"upstream unreachable: {exc}"}, 502, extra)
             out = {k: v for k, v in resp.headers.items() if k.lower() not in HOP_HEADERS}
-            if resp.status_code < 400:
+            if resp.status_code < 400 and UPSTREAM_TAGGED not in resp.headers:
                 try:
                     data = resp.json()
                 except ValueError:
                     data = {}
                 tag(request_id, served_at, data.get("usage"), _spec_from(data), digest)
-            return Response(resp.content, status_code=resp.status_code, headers={**out, **extra})
+            return Response(
+                resp.content, status_code=resp.status_code, headers=_merge(out, extra, resp)
+            )
 
         asked_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
         if not asked_usage:
@@ -202,7 +205,8 @@ def create_proxy_app(
         if resp.status_code >= 400:
             content = await resp.aread()
             await resp.aclose()
-            return Response(content, status_code=resp.status_code, headers={**out, **extra})
+            return Response(content, status_code=resp.status_code, headers=_merge(out, extra, resp))
+        upstream_tagged = UPSTREAM_TAGGED in resp.headers
 
         async def events() -> AsyncIterator[bytes]:
             usage: dict[str, Any] | None = None
@@ -227,13 +231,23 @@ def create_proxy_app(
                     yield buffer
             finally:
                 await resp.aclose()
-                if completed or usage is not None:
+                if (completed or usage is not None) and not upstream_tagged:
                     tag(request_id, served_at, usage, spec, digest)
 
-        return StreamingResponse(events(), status_code=resp.status_code,
-                                 headers={**out, **extra})  # fmt: skip
+        return StreamingResponse(
+            events(), status_code=resp.status_code, headers=_merge(out, extra, resp)
+        )
 
     return app
+
+
+def _merge(out: dict[str, str], extra: dict[str, str], resp: httpx.Response) -> dict[str, str]:
+    """Upstream headers plus ours: our request id always; the pair digest a pairreg upstream
+    reports (the pair that generated the answer) over the one the proxy last saw live."""
+    headers = {**out, **extra}
+    if UPSTREAM_TAGGED in resp.headers:
+        headers[UPSTREAM_TAGGED] = resp.headers[UPSTREAM_TAGGED]
+    return headers
 
 
 def _event_json(event: bytes) -> dict[str, Any] | None:

@@ -208,10 +208,10 @@ def completions(
         "num_accepted_draft_tokens": accepted,
         "acceptance_histogram": hist or None,
     }
-    # Behind `pairreg proxy` the proxy tags (once, with its own served_at); else tag here.
-    if request.headers.get("x-pairreg-proxied") != "1":
-        _tag(request.app.state.db_url, principal.actor, request_id, body.model, pair,
-             served_at, prompt_tokens, completion_tokens, spec)  # fmt: skip
+    # Always tagged here, whoever calls; the x-pairreg-pair-digest response header tells a
+    # `pairreg proxy` in front that this request is already recorded.
+    _tag(request.app.state.db_url, principal.actor, request_id, body.model, pair,
+         served_at, prompt_tokens, completion_tokens, spec)  # fmt: skip
     headers = {"x-request-id": request_id, "x-pairreg-pair-digest": pair["pair_digest"]}
     created = int(time.time())
     usage = {

@@ -1,5 +1,6 @@
-"""The proxy in front of the embedded /v1/completions server, called with the official openai
-client; plain and streamed requests are tagged with the live pair and vLLM-style counters."""
+"""The proxy, called with the official openai client, in front of the embedded
+/v1/completions server (which tags for itself) and of a vLLM stand-in (which does not):
+plain and streamed requests are tagged once, with the live pair and vLLM-style counters."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import StreamingResponse
 
 from api.client import PairregClient
 from api.proxy import create_proxy_app
@@ -102,7 +106,8 @@ def test_openai_client_through_proxy(tiny, sqlite_url: str, tmp_path: Path) -> N
         assert s_tag["output_tokens"] == tag["output_tokens"]
         assert s_tag["spec"] == spec
         page = ops.get("/v1/requests", params={"deployment": "tiny-prod"}).json()
-        assert page["counts"]["total"] == 2  # tagged once each, by the proxy only
+        assert page["counts"]["total"] == 2  # tagged once each, by the server itself
+        assert tagger.stats["tagged"] == 0  # the proxy saw the server's header and stood back
 
         direct = httpx.post(
             f"{server.url}/v1/completions",
@@ -117,4 +122,93 @@ def test_openai_client_through_proxy(tiny, sqlite_url: str, tmp_path: Path) -> N
         proxy.should_exit = True
         thread.join(10)
         tagger.close(5)
+        server.stop()
+
+
+def _fake_vllm() -> FastAPI:
+    """Stands in for vLLM (which cannot run here): OpenAI-shaped completions carrying vLLM's
+    per-request ``metrics.speculative_decoding`` counters, and no pairreg headers."""
+    fake = FastAPI()
+    spec = {"num_spec_steps": 4, "num_draft_tokens": 12, "num_accepted_draft_tokens": 7,
+            "acceptance_histogram": [1, 1, 2, 0]}  # fmt: skip
+    usage = {"prompt_tokens": 5, "completion_tokens": 11, "total_tokens": 16}
+
+    @fake.post("/v1/completions")
+    async def completions(request: Request) -> Any:
+        body = await request.json()
+        choice = {"index": 0, "text": "hello world", "finish_reason": "stop"}
+        if not body.get("stream"):
+            return {"id": "cmpl-1", "object": "text_completion", "model": body["model"],
+                    "choices": [choice], "usage": usage,
+                    "metrics": {"speculative_decoding": spec}}  # fmt: skip
+
+        def events():  # type: ignore[no-untyped-def]
+            for word in ("hello", " world"):
+                part = {"index": 0, "text": word, "finish_reason": None}
+                chunk = {"id": "cmpl-2", "object": "text_completion", "model": body["model"],
+                         "choices": [part]}  # fmt: skip
+                yield f"data: {json.dumps(chunk)}\n\n"
+            tail = {"id": "cmpl-2", "object": "text_completion", "model": body["model"],
+                    "choices": [], "usage": usage,
+                    "metrics": {"speculative_decoding": spec}}  # fmt: skip
+            yield f"data: {json.dumps(tail)}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return fake
+
+
+def test_proxy_tags_requests_a_plain_upstream_served(sqlite_url: str, tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from fastapi.testclient import TestClient
+
+    from tests.fixtures import write_fake_model
+
+    with session_scope(sqlite_url) as s:
+        t = art_svc.add_artifact(s, source=str(write_fake_model(tmp_path / "t")), name="a/t",
+                                 role="target", actor=ACTOR).artifact  # fmt: skip
+        pair = pair_svc.register_pair(s, target=t.ref, method="prompt_lookup", k=4,
+                                      actor=ACTOR).pair  # fmt: skip
+    promote_at(sqlite_url, "vllm-prod", pair.pair_digest, datetime.now(UTC) - timedelta(seconds=5))
+    token = mint(sqlite_url, role="ingest", name="serving")
+    admin = mint(sqlite_url, role="admin", name="ops")
+    server = ApiServer(sqlite_url, tmp_path / "home").start()
+    upstream_port = free_port()
+    upstream = _Thread(uvicorn.Config(_fake_vllm(), host="127.0.0.1", port=upstream_port,
+                                      log_level="warning"))  # fmt: skip
+    threading.Thread(target=upstream.run, daemon=True).start()
+    tagger = Tagger(server.url, token, tmp_path / "spool", flush_interval=0.05)
+    try:
+        while not upstream.started:
+            time.sleep(0.05)
+        app = create_proxy_app(deployment="vllm-prod", upstream=f"http://127.0.0.1:{upstream_port}",
+                               settings=Settings(), spool_dir=tmp_path / "spool",
+                               backend=PairregClient(server.url, token=admin), tagger=tagger,
+                               refresh_s=60)  # fmt: skip
+        with TestClient(app) as proxy:
+            plain = proxy.post("/v1/completions", json={"model": "m", "prompt": "hi"},
+                               headers={"x-request-id": "v-plain"})  # fmt: skip
+            assert plain.status_code == 200
+            assert plain.headers["x-request-id"] == "v-plain"
+            assert plain.headers["x-pairreg-pair-digest"] == pair.pair_digest
+            streamed = proxy.post("/v1/completions",
+                                  json={"model": "m", "prompt": "hi", "stream": True})  # fmt: skip
+            assert streamed.status_code == 200 and "data: [DONE]" in streamed.text
+            stream_id = streamed.headers["x-request-id"]
+        assert tagger.flush(60)
+        ops = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {admin}"})
+        for rid in ("v-plain", stream_id):
+            tag = ops.get(f"/v1/requests/{rid}").json()["tag"]
+            assert tag["pair_digest"] == pair.pair_digest and tag["consistent"]
+            assert (tag["input_tokens"], tag["output_tokens"]) == (5, 11)
+            assert tag["spec"]["num_accepted_draft_tokens"] == 7
+            assert tag["spec"]["acceptance_histogram"] == [1, 1, 2, 0]
+        listed = ops.get("/v1/requests", params={"deployment": "vllm-prod"}).json()
+        assert listed["counts"]["total"] == 2  # each request tagged exactly once
+        assert tagger.stats["tagged"] == 2 and tagger.stats["rejected"] == 0
+    finally:
+        tagger.close()
+        upstream.should_exit = True
         server.stop()
