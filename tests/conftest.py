@@ -26,6 +26,9 @@ PG_URL = os.environ.get(
 )
 REQUIRE_PG = os.environ.get("CI") == "true" or os.environ.get("PAIRREG_REQUIRE_POSTGRES") == "1"
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+REPO = Path(__file__).resolve().parents[1]
+# The tiny reference pairs are built once here and reused across sessions.
+TEST_CACHE = Path(os.environ.get("PAIRREG_TEST_CACHE") or REPO / ".pairreg-test-cache")
 
 
 def _pg_admin_engine():  # type: ignore[no-untyped-def]
@@ -156,6 +159,14 @@ def home(tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterat
     initialise(settings)
     yield settings
     reset_settings()
+
+
+@pytest.fixture(scope="session")
+def tiny():  # type: ignore[no-untyped-def]
+    """Paths of the tiny pairs (target-v1, target-v2, draft, medusa), built once."""
+    from runner import build_tiny_pairs
+
+    return build_tiny_pairs(TEST_CACHE / "tiny")
 
 
 @pytest.fixture

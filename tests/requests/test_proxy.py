@@ -5,7 +5,6 @@ plain and streamed requests are tagged once, with the live pair and vLLM-style c
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from pathlib import Path
@@ -27,16 +26,7 @@ from registry.settings import Settings
 from tests.requests.conftest import ACTOR, promote_at
 from tests.serve_process import ApiServer, free_port, mint
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="session")
-def tiny():  # type: ignore[no-untyped-def]
-    from runner import build_tiny_pairs
-
-    cache = Path(os.environ.get("PAIRREG_TEST_CACHE") or REPO / ".pairreg-test-cache")
-    return build_tiny_pairs(cache / "tiny")
 
 
 class _Thread(uvicorn.Server):
