@@ -10,6 +10,7 @@ overrides the default; an explicit ``tracking_uri`` argument overrides both.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -28,12 +29,8 @@ def _home() -> Path:
 
 
 def _sql_store_available() -> bool:
-    try:
-        import alembic  # noqa: F401
-        import sqlalchemy  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """MLflow's SQLite store needs SQLAlchemy and Alembic installed (skinny lacks them)."""
+    return all(importlib.util.find_spec(name) is not None for name in ("alembic", "sqlalchemy"))
 
 
 def default_tracking_uri() -> str:

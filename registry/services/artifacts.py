@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from registry import hub, model_facts
@@ -381,10 +381,6 @@ def list_artifacts(
         stmt = stmt.where(Artifact.role == role)
     rows, next_cursor = page_query(session, stmt, Artifact.id, cursor, limit)
     return Page[ArtifactRecord](items=[to_record(a) for a in rows], next_cursor=next_cursor)
-
-
-def count_artifacts(session: Session) -> int:
-    return int(session.scalar(select(func.count()).select_from(Artifact)) or 0)
 
 
 @operation
