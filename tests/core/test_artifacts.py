@@ -17,11 +17,11 @@ from registry.settings import Settings
 from tests.core.conftest import CliResult, audit_actions, audit_events, counts
 from tests.fixtures import write_fake_model
 
-DOCS = Path(__file__).resolve().parents[2] / "README.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "registry.md"
 
 
 def doc_snippet(name: str) -> str:
-    """The Python block that follows ``<!-- snippet: NAME -->`` in the README."""
+    """The Python block that follows ``<!-- snippet: NAME -->`` in docs/registry.md."""
     text = DOCS.read_text(encoding="utf-8")
     match = re.search(rf"<!-- snippet: {name} -->\s*```python\n(.*?)```", text, re.S)
     assert match, f"snippet {name} missing from {DOCS}"
