@@ -2,7 +2,10 @@
 
 Each drafter implements ``start(prompt_ids)``, ``propose(tokens, k, hidden)`` and
 ``commit(tokens)``. ``propose`` returns the draft token ids and, when the engine samples,
-the distributions ``q`` they were drawn from (needed for exact rejection sampling).
+the distributions ``q`` they were drawn from (needed for exact rejection sampling). A
+drafter with ``needs_hidden`` gets, as ``hidden``, the target's features (``[m, F]``) at
+every position verified since its previous proposal (the last row is the newest); one with
+a ``tree`` shape also implements ``propose_tree(tokens, depth, hidden) -> DraftTree``.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Protocol
 import torch
 
 from runner.models import CachedLM
+from runner.tree import DraftTree, StaticTree, build_tree
 
 ProbFn = Callable[[torch.Tensor], torch.Tensor]
 
@@ -135,16 +139,24 @@ class PromptLookupDrafter:
 
 
 class MedusaDrafter:
-    """Medusa heads on the target's last hidden state: a linear chain of top-1 (greedy)
-    or sampled candidates, one per head (so ``k`` is capped at the number of heads)."""
+    """Medusa heads on the target's last hidden state: a chain of top-1 (greedy) or
+    sampled candidates, one per head (so ``k`` is capped at the number of heads), or a
+    static token tree (``tree``: candidate ranks per head, Medusa-2 style)."""
 
     name = "medusa"
     needs_hidden = True
 
-    def __init__(self, heads, probs: ProbFn | None, generator: torch.Generator | None) -> None:
+    def __init__(
+        self,
+        heads,
+        probs: ProbFn | None,
+        generator: torch.Generator | None,
+        tree: StaticTree | None = None,
+    ) -> None:
         self.heads = heads
         self.probs = probs
         self.generator = generator
+        self.tree = tree
 
     @property
     def num_heads(self) -> int:
@@ -159,12 +171,27 @@ class MedusaDrafter:
         k = min(k, self.heads.num_heads)
         if k <= 0 or hidden is None:
             return [], None
-        logits = torch.stack([self.heads.heads[i](hidden) for i in range(k)]).float()
+        last = hidden[-1]
+        logits = torch.stack([self.heads.heads[i](last) for i in range(k)]).float()
         if self.probs is None:
             return logits.argmax(dim=-1).tolist(), None
         q = self.probs(logits)
         drafts = torch.multinomial(q, 1, generator=self.generator).squeeze(-1)
         return drafts.tolist(), q
+
+    def propose_tree(self, tokens: list[int], depth: int, hidden: torch.Tensor | None) -> DraftTree:
+        """Every head reads the same hidden state, so the candidates at depth ``d`` come
+        from head ``d - 1`` whatever the path above them."""
+        depth = min(depth, self.heads.num_heads)
+        if depth <= 0 or hidden is None or self.tree is None:
+            return DraftTree()
+        last = hidden[-1]
+        per_depth = [self.heads.heads[i](last).float() for i in range(depth)]
+
+        def expand(tree: DraftTree, nodes: list[int]) -> torch.Tensor:
+            return torch.stack([per_depth[tree.depths[n]] for n in nodes])
+
+        return build_tree(self.tree, per_depth[0], expand, depth, self.probs, self.generator)
 
     def commit(self, tokens: list[int]) -> None:
         pass

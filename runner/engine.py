@@ -17,8 +17,9 @@ from typing import Any
 import torch
 
 from runner.drafters import Drafter
-from runner.models import CachedLM
+from runner.models import CachedLM, tree_mask
 from runner.sampling import probs_from_logits, speculative_verify, typical_accept
+from runner.tree import DraftTree, verify_greedy, verify_sampling
 
 
 @dataclass
@@ -64,7 +65,12 @@ class DecodeOptions:
 
 
 class SpeculativeEngine:
-    """One target (plus optional drafter) reused across prompts."""
+    """One target (plus optional drafter) reused across prompts.
+
+    A drafter with a ``tree`` shape proposes a token tree each step, verified in one target
+    pass with a tree attention mask (:mod:`runner.tree`); otherwise a chain. Tree
+    verification is lossless only under the strict rule, so a lossy rule refuses trees.
+    """
 
     def __init__(
         self,
@@ -80,7 +86,14 @@ class SpeculativeEngine:
         self.drafter = drafter
         self.eos = eos
         self.generator = generator
-        self.target = CachedLM(target_model, want_hidden=bool(drafter and drafter.needs_hidden))
+        self.tree_mode = getattr(drafter, "tree", None) is not None
+        if self.tree_mode and options.acceptance != "strict":
+            raise ValueError("token trees are verified with the strict rule only")
+        self.target = CachedLM(
+            target_model,
+            want_hidden=bool(drafter and drafter.needs_hidden),
+            aux_layers=getattr(drafter, "aux_layers", None),
+        )
         self.device = self.target.device
         self._sync = self.device.type == "cuda"
 
@@ -92,6 +105,24 @@ class SpeculativeEngine:
         if self._sync:
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
+
+    def _target_forward(
+        self,
+        run: PromptRun,
+        ids: list[int],
+        last_only: bool = False,
+        positions: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Every target pass goes through here (one place to time or count them)."""
+        t0 = self._now()
+        out = self.target.forward(
+            torch.tensor(ids, device=self.device), last_only=last_only, positions=positions,
+            mask=mask,
+        )  # fmt: skip
+        run.target_time_s += self._now() - t0
+        run.target_calls += 1
+        return out
 
     @torch.inference_mode()
     def generate(self, prompt_ids: list[int]) -> PromptRun:
@@ -107,16 +138,14 @@ class SpeculativeEngine:
             self.drafter.start(prompt_ids)
         tokens = list(prompt_ids)
         out: list[int] = []
+        # target features at positions the drafter has not been shown yet
+        feats: list[torch.Tensor] = []
 
         # prefill: one target call that emits the first token
-        t0 = self._now()
-        logits, hidden = self.target.forward(
-            torch.tensor(tokens, device=self.device), last_only=not self.target.want_hidden
-        )
+        logits, hidden = self._target_forward(run, tokens, last_only=not self.target.want_hidden)
         first = self._pick(logits[-1:])
-        last_hidden = hidden[-1] if hidden is not None else None
-        run.target_time_s += self._now() - t0
-        run.target_calls += 1
+        if hidden is not None:
+            feats.append(hidden)
         run.prefill_calls += 1
         out.append(first)
         tokens.append(first)
@@ -125,50 +154,104 @@ class SpeculativeEngine:
         while not done and len(out) < o.max_new_tokens:
             budget = o.max_new_tokens - len(out)
             k_eff = min(k, budget - 1)
-            drafts: list[int] = []
-            q = None
-            if self.drafter is not None and k_eff > 0:
-                t0 = self._now()
-                drafts, q = self.drafter.propose(tokens, k_eff, last_hidden)
-                run.draft_time_s += self._now() - t0
-            n = len(drafts)
-
-            t0 = self._now()
-            inp = torch.tensor([tokens[-1], *drafts], device=self.device)
-            logits, hidden = self.target.forward(inp)
-            n_acc, nxt, betas = self._verify(logits, drafts, q, len(out))
-            if n_acc < n:
-                self.target.rollback(n - n_acc)
-            if hidden is not None:
-                last_hidden = hidden[n_acc]
-            run.target_time_s += self._now() - t0
-
-            run.target_calls += 1
-            if n:
-                run.steps += 1
-                run.drafted += n
-                run.accepted += n_acc
-                if n_acc < n:
-                    run.rejections += 1
-                for i in range(min(n_acc + 1, n)):
-                    run.verified_per_position[i] += 1
-                for i in range(n_acc):
-                    run.accepted_per_position[i] += 1
-                run.beta_sum += sum(betas)
-                run.beta_count += len(betas)
-            new = [*drafts[:n_acc], nxt]
+            new_hidden = torch.cat(feats) if feats else None
+            if self.tree_mode:
+                new, kept_hidden = self._tree_step(run, tokens, k_eff, new_hidden)
+            else:
+                new, kept_hidden = self._chain_step(run, tokens, k_eff, new_hidden, len(out))
+            if kept_hidden is not None:
+                # a drafter that proposed has seen every earlier feature row
+                feats = [kept_hidden] if k_eff > 0 else [*feats, kept_hidden]
             for t in new:
                 out.append(t)
                 tokens.append(t)
                 if t in self.eos:
                     done = True
                     break
-            if self.drafter is not None and n:
-                self.drafter.commit(tokens)
 
         run.output_ids = out
         run.emitted = len(out)
         return run
+
+    def _chain_step(
+        self,
+        run: PromptRun,
+        tokens: list[int],
+        k_eff: int,
+        new_hidden: torch.Tensor | None,
+        produced: int,
+    ) -> tuple[list[int], torch.Tensor | None]:
+        """Draft a chain, verify it in one pass; return the new tokens and the target
+        features of the positions it verified for good."""
+        drafts: list[int] = []
+        q = None
+        if self.drafter is not None and k_eff > 0:
+            t0 = self._now()
+            drafts, q = self.drafter.propose(tokens, k_eff, new_hidden)
+            run.draft_time_s += self._now() - t0
+        n = len(drafts)
+        logits, hidden = self._target_forward(run, [tokens[-1], *drafts])
+        n_acc, nxt, betas = self._verify(logits, drafts, q, produced)
+        if n_acc < n:
+            self.target.rollback(n - n_acc)
+        if n:
+            run.steps += 1
+            run.drafted += n
+            run.accepted += n_acc
+            if n_acc < n:
+                run.rejections += 1
+            for i in range(min(n_acc + 1, n)):
+                run.verified_per_position[i] += 1
+            for i in range(n_acc):
+                run.accepted_per_position[i] += 1
+            run.beta_sum += sum(betas)
+            run.beta_count += len(betas)
+        if self.drafter is not None and n:
+            self.drafter.commit([*tokens, *drafts[:n_acc], nxt])
+        return [*drafts[:n_acc], nxt], (None if hidden is None else hidden[: n_acc + 1])
+
+    def _tree_step(
+        self, run: PromptRun, tokens: list[int], depth: int, new_hidden: torch.Tensor | None
+    ) -> tuple[list[int], torch.Tensor | None]:
+        """Draft a token tree, verify it in one pass, keep only the accepted path."""
+        assert self.drafter is not None
+        tree = DraftTree()
+        if depth > 0:
+            t0 = self._now()
+            tree = self.drafter.propose_tree(tokens, depth, new_hidden)  # type: ignore[attr-defined]
+            run.draft_time_s += self._now() - t0
+        n = len(tree)
+        past = self.target.length
+        if n:
+            positions = past + torch.tensor([0, *tree.depths])
+            mask = tree_mask(past, tree.input_parents(), self._mask_dtype(), self.device)
+            logits, hidden = self._target_forward(
+                run, [tokens[-1], *tree.tokens], positions=positions, mask=mask
+            )
+        else:
+            logits, hidden = self._target_forward(run, [tokens[-1]])
+        if self.options.greedy:
+            verdict = verify_greedy(logits.argmax(dim=-1).tolist(), tree)
+        else:
+            verdict = verify_sampling(self._probs(logits), tree, self.generator)
+        rows = [0] + [node + 1 for node in verdict.path]
+        self.target.keep_tail(past, rows)
+        n_acc = len(verdict.path)
+        if n:
+            run.steps += 1
+            run.drafted += n
+            run.accepted += n_acc
+            if verdict.rejected:
+                run.rejections += 1
+            for i in range(n_acc + (1 if verdict.rejected else 0)):
+                run.verified_per_position[i] += 1
+            for i in range(n_acc):
+                run.accepted_per_position[i] += 1
+        new = [tree.tokens[node] for node in verdict.path] + [verdict.next_token]
+        return new, (None if hidden is None else hidden[rows])
+
+    def _mask_dtype(self) -> torch.dtype:
+        return next(self.target.model.parameters()).dtype
 
     # ------------------------------------------------------------------ verification
 

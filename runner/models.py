@@ -82,64 +82,120 @@ def eos_ids(model, tokenizer=None) -> set[int]:
 class CachedLM:
     """A causal LM plus its KV cache, fed a few tokens at a time.
 
-    ``forward`` returns float32 logits (and optionally the last hidden states, which
-    Medusa heads read); ``rollback`` drops the newest cache entries after a rejection.
+    ``forward`` returns float32 logits and, when asked for, *features*: the post-norm last
+    hidden state (what Medusa and EAGLE-1 heads read) or, with ``aux_layers``, the
+    concatenated residual stream entering those layers (EAGLE-3's low/middle/high features;
+    id ``j`` is the output of layer ``j - 1``, id 0 the embeddings, as vLLM counts them).
+    ``rollback`` drops the newest cache entries after a chain rejection; ``keep_tail`` keeps
+    only the rows of a verified tree that lie on the accepted path.
     """
 
-    def __init__(self, model, want_hidden: bool = False) -> None:
+    def __init__(
+        self, model, want_hidden: bool = False, aux_layers: tuple[int, ...] | None = None
+    ) -> None:
         self.model = model
-        self.want_hidden = want_hidden
+        self.aux_layers = tuple(aux_layers) if aux_layers else None
+        self.want_hidden = want_hidden or self.aux_layers is not None
         self.device = next(model.parameters()).device
         self.cache = DynamicCache(config=model.config)
         self.length = 0
         self._body = model.base_model
         self._head = model.get_output_embeddings()
         self._fast = _supports_fast_path(model)
+        if self.aux_layers is not None:
+            n_layers = int(model.config.num_hidden_layers)
+            bad = [i for i in self.aux_layers if not 0 <= i < n_layers]
+            if bad:
+                raise ValueError(
+                    f"aux hidden-state layer ids {bad} out of range for a target with "
+                    f"{n_layers} layers"
+                )
 
     def reset(self) -> None:
         self.cache = DynamicCache(config=self.model.config)
         self.length = 0
 
     def forward(
-        self, ids: torch.Tensor, last_only: bool = False
+        self,
+        ids: torch.Tensor,
+        last_only: bool = False,
+        positions: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Feed ``ids`` (shape ``[n]``); return logits ``[n, V]`` (``[1, V]`` with
-        ``last_only``) and hidden ``[n, H]`` when requested."""
-        ids = ids.view(1, -1)
-        if self._fast:
-            hidden = self._fast_body(ids)
-            logits = self._head(hidden[-1:] if last_only else hidden)
-            self.length += ids.shape[1]
-            return logits.float(), (hidden if self.want_hidden else None)
-        if self.want_hidden:
-            out = self._body(input_ids=ids, cache=self.cache, use_cache=True)
-            hidden = out.last_hidden_state[0]
-            logits = self._head(hidden)
-        else:
-            out = self.model(input_ids=ids, cache=self.cache, use_cache=True)
-            logits = out.logits[0]
-            hidden = None
-        self.length += ids.shape[1]
-        return logits.float(), hidden
+        ``last_only``) and features ``[n, F]`` when requested (else ``None``).
 
-    def _fast_body(self, ids: torch.Tensor) -> torch.Tensor:
+        ``positions`` (``[n]``) and an additive 4D ``mask`` (``[1, 1, n, cached + n]``)
+        verify a token tree in one pass; without them the tokens are a causal chain."""
+        ids = ids.view(1, -1)
+        n = ids.shape[1]
+        pos = (
+            torch.arange(self.length, self.length + n, device=ids.device)
+            if positions is None
+            else positions.to(ids.device)
+        ).unsqueeze(0)
+        if self._fast:
+            hidden, aux = self._fast_body(ids, pos, mask)
+            logits = self._head(hidden[-1:] if last_only else hidden)
+        elif not self.want_hidden:
+            # the model's own head: some architectures scale or cap logits there
+            out = self.model(
+                input_ids=ids, cache=self.cache, use_cache=True, position_ids=pos,
+                attention_mask=mask,
+            )  # fmt: skip
+            logits, hidden, aux = out.logits[0], None, None
+        else:
+            hidden, aux = self._slow_body(ids, pos, mask)
+            logits = self._head(hidden[-1:] if last_only else hidden)
+        self.length += n
+        feats = None
+        if self.aux_layers is not None:
+            feats = aux
+        elif self.want_hidden:
+            feats = hidden
+        return logits.float(), feats
+
+    def _slow_body(
+        self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The model's own forward; a 4D mask is passed through unchanged by transformers'
+        mask preparation, so trees work here too."""
+        out = self._body(
+            input_ids=ids,
+            cache=self.cache,
+            use_cache=True,
+            position_ids=pos,
+            attention_mask=mask,
+            output_hidden_states=self.aux_layers is not None,
+        )
+        aux = None
+        if self.aux_layers is not None:
+            aux = torch.cat([out.hidden_states[i][0] for i in self.aux_layers], dim=-1)
+        return out.last_hidden_state[0], aux
+
+    def _fast_body(
+        self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The decoder stack without the model-level wrappers (output capture, kwarg
         deprecation, output dataclasses), which dominate per-call cost for small models
         at batch size 1. It calls the very same embedding, rotary, mask, layer and norm
         modules in the same order as ``LlamaModel.forward``, so results are identical."""
         body = self._body
         h = body.embed_tokens(ids)
-        n = ids.shape[1]
-        pos = torch.arange(self.length, self.length + n, device=ids.device).unsqueeze(0)
-        mask = create_causal_mask(
-            config=body.config,
-            inputs_embeds=h,
-            attention_mask=None,
-            cache=self.cache,
-            position_ids=pos,
-        )
+        if mask is None:
+            mask = create_causal_mask(
+                config=body.config,
+                inputs_embeds=h,
+                attention_mask=None,
+                cache=self.cache,
+                position_ids=pos,
+            )
         pe = body.rotary_emb(h, position_ids=pos)
-        for layer in body.layers[: body.config.num_hidden_layers]:
+        aux: list[torch.Tensor] = []
+        wanted = self.aux_layers or ()
+        for i, layer in enumerate(body.layers[: body.config.num_hidden_layers]):
+            if i in wanted:
+                aux.append(h[0])
             h = layer(
                 h,
                 attention_mask=mask,
@@ -148,13 +204,52 @@ class CachedLM:
                 cache=self.cache,
                 use_cache=True,
             )
-        return body.norm(h)[0]
+        feats = None
+        if wanted:
+            by_id = dict(zip(sorted(set(wanted)), aux, strict=True))
+            feats = torch.cat([by_id[i] for i in wanted], dim=-1)
+        return body.norm(h)[0], feats
 
     def rollback(self, n: int) -> None:
         """Forget the ``n`` newest tokens."""
         if n > 0:
             self.cache.crop(-n)
             self.length -= n
+
+    def keep_tail(self, start: int, rows: list[int]) -> None:
+        """Keep cache entries ``[0, start)`` plus the entries at ``start + r`` for each row
+        ``r`` (increasing), in that order, and drop the rest: after a tree pass only the
+        accepted path stays. Rows are never before their destination, so gathering first and
+        then writing in place copies only the kept rows."""
+        n_new = self.length - start
+        if rows == list(range(len(rows))):
+            self.rollback(n_new - len(rows))
+            return
+        idx = torch.tensor(rows, device=self.device) + start
+        for layer in self.cache.layers:
+            for name in ("keys", "values"):
+                t = getattr(layer, name)
+                t[:, :, start : start + len(rows)] = t.index_select(2, idx)
+                setattr(layer, name, t[:, :, : start + len(rows)])
+        self.length = start + len(rows)
+
+
+def tree_mask(
+    past: int, parents: list[int], dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
+    """Additive attention mask ``[1, 1, n, past + n]`` for ``n`` new tokens whose tree
+    parents (index among the new tokens, ``-1`` for none) are given: each new token sees
+    the whole cached prefix, its ancestors and itself, and no sibling branch."""
+    n = len(parents)
+    allowed = torch.zeros(n, past + n, dtype=torch.bool)
+    allowed[:, :past] = True
+    for i, parent in enumerate(parents):
+        allowed[i, past + i] = True
+        if parent >= 0:
+            allowed[i, past : past + n] |= allowed[parent, past : past + n]
+    mask = torch.zeros(n, past + n, dtype=dtype)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask.to(device).view(1, 1, n, past + n)
 
 
 _FAST_TYPES = {"llama", "mistral", "qwen2", "qwen3"}
