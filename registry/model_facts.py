@@ -10,6 +10,10 @@ each tagged with the field it came from:
 * ``config.json`` → ``base_model_name_or_path`` (Medusa) and ``base_model`` (EAGLE-style),
 * ``README.md`` YAML front matter → ``base_model`` (string or list; the Hub model-card field).
 
+A speculators-format draft also gets ``speculators``: its type, algorithm, proposal methods,
+default proposal and speculative tokens, verifier, EAGLE-3 fields, the pair config the
+proposal implies (:mod:`registry.speculators`) and any verifier pin pairreg exported.
+
 A model card whose front matter is not valid YAML is not an error (cards are free text written
 by people); it is reported in ``warnings``. A ``config.json`` that is not valid JSON *is* an
 error: the facts would otherwise be silently empty. A directory without ``config.json`` (prompt
@@ -23,6 +27,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from registry import speculators
 
 
 class ModelFactsError(Exception):
@@ -56,6 +62,7 @@ class ModelFacts:
     declared_targets: list[DeclaredTarget] = field(default_factory=list)
     has_config: bool = False
     warnings: list[str] = field(default_factory=list)
+    speculators: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -69,6 +76,7 @@ class ModelFacts:
             "declared_targets": [t.to_dict() for t in self.declared_targets],
             "has_config": self.has_config,
             "warnings": list(self.warnings),
+            "speculators": self.speculators,
         }
 
 
@@ -170,7 +178,8 @@ def read_model_facts(directory: str | os.PathLike[str]) -> ModelFacts:
     if config is None:
         return ModelFacts(declared_targets=targets, warnings=warnings)
     configs = [config]
-    for nested in ("text_config", "llm_config", "language_config"):
+    # speculators drafts keep their own layer's sizes under transformer_layer_config
+    for nested in ("text_config", "llm_config", "language_config", "transformer_layer_config"):
         sub = config.get(nested)
         if isinstance(sub, dict):
             configs.append(sub)
@@ -191,4 +200,5 @@ def read_model_facts(directory: str | os.PathLike[str]) -> ModelFacts:
         declared_targets=targets,
         has_config=True,
         warnings=warnings,
+        speculators=speculators.facts(config),
     )

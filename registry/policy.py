@@ -176,6 +176,7 @@ _CONFIG_TO_SETTINGS = {
     "strict_prefix_tokens": "strict_prefix_tokens",
     "prompt_lookup_max": "max_ngram",
     "prompt_lookup_min": "min_ngram",
+    "tree": "tree",
 }
 
 

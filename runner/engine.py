@@ -44,6 +44,15 @@ class PromptRun:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def vllm_counters(self) -> dict[str, Any]:
+        """This prompt's counters under vLLM's names (``spec_decode_num_drafts`` …)."""
+        return {
+            "num_drafts": self.steps,
+            "num_draft_tokens": self.drafted,
+            "num_accepted_tokens": self.accepted,
+            "num_accepted_tokens_per_pos": list(self.accepted_per_position),
+        }
+
 
 @dataclass
 class DecodeOptions:

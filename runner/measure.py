@@ -11,10 +11,9 @@ from typing import Any
 
 import torch
 
-from runner.drafters import DraftModelDrafter, MedusaDrafter, PromptLookupDrafter
+from runner.drafter_build import build_drafter
 from runner.engine import DecodeOptions, SpeculativeEngine, greedy_decode
-from runner.medusa import load_medusa
-from runner.models import eos_ids, load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
+from runner.models import eos_ids, load_causal_lm, load_tokenizer, resolve_device
 from runner.sampling import probs_from_logits
 from runner.settings import MeasureSettings
 from runner.stats import summarize
@@ -103,8 +102,10 @@ def measure_pair(
 ) -> MeasurementResult:
     """Run every prompt through the speculative loop and summarise.
 
-    ``drafter_dir`` is a causal LM (``draft_model``), Medusa heads (``medusa``) or
-    ignored (``prompt_lookup``, ``none``). ``progress(done, total)`` after each prompt.
+    ``drafter_dir`` is a causal LM (``draft_model``), Medusa heads (``medusa``), an EAGLE
+    head in the speculators format (``eagle``, ``eagle3``) or ignored (``prompt_lookup``,
+    ``none``); ``settings.tree`` turns a head's chain into a token tree of depth ``k``.
+    ``progress(done, total)`` after each prompt.
     """
     s = settings
     device = resolve_device(s.device)
@@ -120,32 +121,18 @@ def measure_pair(
         return probs_from_logits(logits, s.temperature, s.top_k, s.top_p)
 
     prob_fn = None if greedy else probs
-    drafter: Any = None
-    k = s.k
-    if s.method == "draft_model":
-        if not drafter_dir:
-            raise ValueError("method 'draft_model' needs a drafter directory")
-        draft_model = load_causal_lm(drafter_dir, device, s.dtype)
-        if draft_model.config.vocab_size != target.config.vocab_size:
-            raise ValueError(
-                f"vocab mismatch: target {target.config.vocab_size}, "
-                f"draft {draft_model.config.vocab_size}"
-            )
-        drafter = DraftModelDrafter(draft_model, prob_fn, generator)
-    elif s.method == "medusa":
-        if not drafter_dir:
-            raise ValueError("method 'medusa' needs a heads directory")
-        heads = load_medusa(drafter_dir).to(device=device, dtype=resolve_dtype(s.dtype))
-        if heads.hidden_size != target.config.hidden_size:
-            raise ValueError(
-                f"Medusa hidden size {heads.hidden_size} != target {target.config.hidden_size}"
-            )
-        drafter = MedusaDrafter(heads, prob_fn, generator)
-        k = min(k, heads.num_heads)
-    elif s.method == "prompt_lookup":
-        drafter = PromptLookupDrafter(s.max_ngram, s.min_ngram)
-    else:
-        k = 0
+    drafter, k = build_drafter(
+        s.method,
+        drafter_dir,
+        target,
+        k=s.k,
+        tree=s.tree,
+        probs=prob_fn,
+        generator=generator,
+        dtype=s.dtype,
+        max_ngram=s.max_ngram,
+        min_ngram=s.min_ngram,
+    )
 
     options = DecodeOptions(
         k=k,

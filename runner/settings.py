@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-METHODS = ("draft_model", "prompt_lookup", "medusa", "none")
+METHODS = ("draft_model", "prompt_lookup", "medusa", "eagle", "eagle3", "none")
+TREE_METHODS = ("medusa", "eagle", "eagle3")
 ACCEPTANCE_RULES = ("strict", "typical")
 
 
@@ -14,8 +15,11 @@ ACCEPTANCE_RULES = ("strict", "typical")
 class MeasureSettings:
     """How to run a pair.
 
-    ``method``: ``draft_model`` | ``prompt_lookup`` | ``medusa`` | ``none`` (plain target,
-    tau = 1 baseline). ``k``: tokens drafted per step (Medusa: capped at its head count).
+    ``method``: ``draft_model`` | ``prompt_lookup`` | ``medusa`` | ``eagle`` | ``eagle3`` |
+    ``none`` (plain target, tau = 1 baseline). ``k``: tokens drafted per step, or the tree
+    depth when ``tree`` is set (Medusa: capped at its head count). ``tree``: a pair
+    config's tree (``{"kind": "static", "choices": [[0], [1], [0, 0], ...]}`` or
+    ``{"kind": "dynamic", "top_k": K, "total_tokens": N}``), strict acceptance only.
     ``temperature=0`` means greedy. ``acceptance="typical"`` is lossy (Medusa typical
     acceptance with ``typical_epsilon``/``typical_delta``); ``strict_prefix_tokens`` verifies
     the first N output tokens strictly before switching to the lossy rule.
@@ -37,6 +41,7 @@ class MeasureSettings:
     max_ngram: int = 3
     min_ngram: int = 1
     num_threads: int | None = None
+    tree: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.method == "ngram":
@@ -55,6 +60,11 @@ class MeasureSettings:
             raise ValueError("top_p must be in (0, 1]")
         if self.top_k is not None and self.top_k < 1:
             raise ValueError("top_k must be >= 1")
+        if self.tree is not None:
+            if self.method not in TREE_METHODS:
+                raise ValueError(f"tree needs one of {TREE_METHODS}, not {self.method!r}")
+            if self.acceptance != "strict":
+                raise ValueError("token trees are verified with the strict rule only")
 
     @property
     def lossy(self) -> bool:

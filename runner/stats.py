@@ -1,7 +1,10 @@
 """Acceptance statistics derived from raw per-prompt counters.
 
 Definitions (see the field reference): ``alpha = accepted / (accepted + rejections)``
-(truncated-geometric MLE of per-token acceptance); ``draft_acceptance_rate =
+(truncated-geometric MLE of per-token acceptance); for a token tree a step's "rejection" is
+a walk that stopped at a node with candidates (none matched), so alpha is the probability
+of advancing one level given the level had candidates — the chain's alpha when every level
+has one candidate, comparable across chains and trees; ``draft_acceptance_rate =
 accepted / drafted`` (vLLM); ``tau`` = tokens emitted per decoding target call (bonus
 included, prefill call excluded, 1.0 for plain decoding); ``expected_alpha`` = mean of
 beta = sum min(p, q) over verified positions (sampling only). Tokens within a prompt are
@@ -76,6 +79,19 @@ def _ci(num: np.ndarray, den: np.ndarray, rng: np.random.Generator, n_boot: int)
     return [float(lo), float(hi)]
 
 
+def vllm_counters(sums: Mapping[str, float], accepted_per_position: Any) -> dict[str, Any]:
+    """The counters a vLLM deployment exports (``vllm:spec_decode_num_drafts`` …) from
+    ours, so a measurement compares with a deployment's own Prometheus figures. For a
+    tree, a draft token is a tree node the target verified and position ``i`` is depth
+    ``i + 1`` of the accepted path."""
+    return {
+        "num_drafts": int(sums["steps"]),
+        "num_draft_tokens": int(sums["drafted"]),
+        "num_accepted_tokens": int(sums["accepted"]),
+        "num_accepted_tokens_per_pos": [int(x) for x in accepted_per_position],
+    }
+
+
 def summarize_group(
     rows: Sequence[Any], k: int, n_boot: int = N_BOOT, seed: int = BOOT_SEED
 ) -> dict[str, Any]:
@@ -133,6 +149,10 @@ def summarize_group(
         "per_position_conditional": [
             float(a / v) if v else None for a, v in zip(acc_pos, ver_pos, strict=True)
         ],
+        # trees: candidates the target checked per step, and tokens it kept per step
+        "draft_tokens_per_step": _ratio(sums["drafted"], steps),
+        "accepted_per_step": _ratio(sums["accepted"], steps),
+        "vllm": vllm_counters(sums, acc_pos),
         "cost_ratio_c": c,
         "speedup_estimate": speedup_estimate(alpha, k, c),
         "counters": counters,

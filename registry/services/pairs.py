@@ -50,6 +50,12 @@ METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
     "eagle": {"tree": None},
     "eagle3": {"tree": None},
 }
+# Keys a method accepts without a default: absent from the normalised config unless set,
+# so the digests of pairs registered before the key existed do not change.
+OPTIONAL_KEYS: dict[str, tuple[str, ...]] = {"medusa": ("tree",)}
+TREE_METHODS = ("medusa", "eagle", "eagle3")
+TREE_KINDS = ("static", "dynamic")
+MAX_TREE_NODES = 512
 DTYPES = ("float32", "float16", "bfloat16")
 
 
@@ -92,6 +98,8 @@ def normalise_config(method: str, k: int, options: dict[str, Any]) -> dict[str, 
         )
     allowed = dict(COMMON_DEFAULTS)
     allowed.update(METHOD_DEFAULTS.get(method, {}))
+    optional = OPTIONAL_KEYS.get(method, ())
+    allowed.update({key: None for key in optional})
     if rule == "typical":
         allowed.update(TYPICAL_DEFAULTS)
     unknown = sorted(set(options) - set(allowed))
@@ -115,9 +123,93 @@ def normalise_config(method: str, k: int, options: dict[str, Any]) -> dict[str, 
         raise InvalidInput(
             "prompt_lookup_min must not exceed prompt_lookup_max", field="prompt_lookup_min"
         )
+    if "tree" in config:
+        config["tree"] = normalise_tree(config["tree"], method, k, rule)
+    for key in optional:
+        if config.get(key) is None:
+            config.pop(key, None)
     config["method"] = method
     config["num_speculative_tokens"] = k
     return dict(sorted(config.items()))
+
+
+def normalise_tree(value: Any, method: str, k: int, rule: str) -> dict[str, Any] | None:
+    """A token tree's shape, checked and in canonical form (it is part of the digest).
+
+    ``{"kind": "static", "choices": [[0], [1], [0, 0], ...]}``: candidate-rank paths
+    (prefix-closed, sorted by depth then path; vLLM's ``speculative_token_tree``).
+    ``{"kind": "dynamic", "top_k": K, "total_tokens": N}``: EAGLE-2 (expand the K most
+    confident nodes per level with K candidates each, verify the best N). Either way the
+    tree's depth is ``num_speculative_tokens``; ``kind`` may be left out when the keys say
+    which it is. Trees are verified losslessly, so only the strict rule takes one.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidInput("tree must be an object (static choices or dynamic top_k)", field="tree")
+    if method not in TREE_METHODS:
+        raise InvalidInput(f"method {method} drafts chains only; tree needs heads", field="tree")
+    if rule != "strict":
+        raise InvalidInput("a token tree is verified with the strict rule only", field="tree")
+    kind = value.get("kind") or (
+        "static" if "choices" in value else "dynamic" if "top_k" in value else None
+    )
+    if kind not in TREE_KINDS:
+        raise InvalidInput(f"tree.kind must be one of {', '.join(TREE_KINDS)}", field="tree.kind")
+    keys = {"static": {"kind", "choices"}, "dynamic": {"kind", "top_k", "total_tokens"}}[kind]
+    unknown = sorted(set(value) - keys)
+    if unknown:
+        raise InvalidInput(
+            f"unknown key tree.{unknown[0]} for a {kind} tree; allowed: {', '.join(sorted(keys))}",
+            field=f"tree.{unknown[0]}",
+        )
+    if kind == "dynamic":
+        if method == "medusa":
+            raise InvalidInput("Medusa heads take a static tree (choices)", field="tree.kind")
+        out: dict[str, Any] = {"kind": "dynamic"}
+        for key, hi in (("top_k", 64), ("total_tokens", MAX_TREE_NODES)):
+            v = value.get(key)
+            if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= hi:
+                raise InvalidInput(
+                    f"tree.{key} must be an integer from 1 to {hi}", field=f"tree.{key}"
+                )
+            out[key] = v
+        return out
+    raw = value.get("choices")
+    if not isinstance(raw, list) or not raw:
+        raise InvalidInput("tree.choices must be a non-empty list of paths", field="tree.choices")
+    if len(raw) > MAX_TREE_NODES:
+        raise InvalidInput(
+            f"tree.choices holds at most {MAX_TREE_NODES} paths", field="tree.choices"
+        )
+    paths: set[tuple[int, ...]] = set()
+    for item in raw:
+        ok = isinstance(item, list | tuple) and 1 <= len(item) <= k
+        ok = ok and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in item)
+        if not ok:
+            raise InvalidInput(
+                f"tree.choices: {item!r} is not a path of 1 to {k} ranks (integers >= 0)",
+                field="tree.choices",
+            )
+        path = tuple(item)
+        if path in paths:
+            raise InvalidInput(f"tree.choices lists {list(path)} twice", field="tree.choices")
+        paths.add(path)
+    for path in paths:
+        if len(path) > 1 and path[:-1] not in paths:
+            raise InvalidInput(
+                f"tree.choices has {list(path)} but not its parent {list(path[:-1])}",
+                field="tree.choices",
+            )
+    depth = max(len(p) for p in paths)
+    if depth != k:
+        raise InvalidInput(
+            f"the tree is {depth} deep but num_speculative_tokens (k) is {k}: "
+            "for a tree k is its depth",
+            field="tree.choices",
+        )
+    ordered = sorted(paths, key=lambda p: (len(p), p))
+    return {"kind": "static", "choices": [list(p) for p in ordered]}
 
 
 def _check_number(config: dict[str, Any], key: str, lo: float, hi: float) -> None:
@@ -183,14 +275,14 @@ def compatibility_findings(
     else:
         if drafter.role not in ("heads", "draft"):
             errors.append(f"{method} needs heads, got role {drafter.role}")
-        th, dh = tf.get("hidden_size"), df.get("hidden_size")
-        if th and dh and th != dh:
-            errors.append(f"hidden size mismatch: heads read {dh}, target has {th}")
-        elif not (th and dh):
+        th, dh = tf.get("hidden_size"), _reads_hidden_size(df)
+        if not (th and dh):
             warnings.append("hidden size could not be compared: config.json lacks hidden_size")
-        tv, dv = tf.get("vocab_size"), df.get("vocab_size")
-        if tv and dv and tv != dv:
-            errors.append(f"vocabulary size mismatch: heads emit {dv}, target has {tv}")
+        errors.extend(head_fit_errors(tf, df, method))
+    spec = df.get("speculators") or {}
+    if spec:
+        errors.extend(_speculators_method_errors(spec, method))
+        warnings.extend(_speculators_warnings(spec, target))
     declared = [d.get("value") for d in df.get("declared_targets", []) if d.get("value")]
     trained_against = (drafter.provenance or {}).get("trained_against")
     if trained_against:
@@ -204,6 +296,70 @@ def compatibility_findings(
                 + f", not {target.lineage}@v{target.version}"
             )
     return errors, warnings
+
+
+def _reads_hidden_size(df: dict[str, Any]) -> int | None:
+    """The hidden size a head reads from its target (EAGLE-3 may name it apart)."""
+    spec = df.get("speculators") or {}
+    return spec.get("target_hidden_size") or df.get("hidden_size")
+
+
+def head_fit_errors(tf: dict[str, Any], df: dict[str, Any], method: str) -> list[str]:
+    """Structural reasons a head cannot run on a target (hidden size, vocabulary, the
+    target layers an EAGLE-3 head reads). A target change that trips one of these is an
+    integrity finding for the head's pairs, not a measurement to queue."""
+    errors: list[str] = []
+    if method not in HEAD_METHODS:
+        return errors
+    th, dh = tf.get("hidden_size"), _reads_hidden_size(df)
+    if th and dh and th != dh:
+        errors.append(f"hidden size mismatch: heads read {dh}, target has {th}")
+    tv, dv = tf.get("vocab_size"), df.get("vocab_size")
+    if tv and dv and tv != dv:
+        errors.append(f"vocabulary size mismatch: heads emit {dv}, target has {tv}")
+    spec = df.get("speculators") or {}
+    n_layers = tf.get("num_layers")
+    if method == "eagle3" and n_layers:
+        ids = spec.get("aux_layer_ids")
+        if ids:
+            bad = [i for i in ids if not 0 <= i < n_layers]
+            if bad:
+                errors.append(
+                    f"layer count mismatch: the EAGLE-3 head reads target layers {ids}, "
+                    f"the target has {n_layers}"
+                )
+        elif n_layers < 3:
+            errors.append(
+                f"layer count mismatch: an EAGLE-3 head without layer ids reads layers "
+                f"(2, L/2, L-3); the target has {n_layers}"
+            )
+    return errors
+
+
+def _speculators_method_errors(spec: dict[str, Any], method: str) -> list[str]:
+    """A speculators draft of one algorithm registered under another method."""
+    kind = spec.get("model_type") or spec.get("algorithm")
+    proposed = (spec.get("proposal") or {}).get("method")
+    if kind in ("eagle", "eagle3") and proposed and proposed != method:
+        return [f"the drafter is a speculators {kind} head; register it with method {proposed}"]
+    return []
+
+
+def _speculators_warnings(spec: dict[str, Any], target: Artifact) -> list[str]:
+    out: list[str] = []
+    archs = (spec.get("verifier") or {}).get("architectures") or []
+    t_archs = (target.facts or {}).get("architectures") or []
+    if archs and t_archs and not set(archs) & set(t_archs):
+        out.append(f"drafter's verifier architectures {archs} differ from the target's {t_archs}")
+    pin = spec.get("pin") or {}
+    pinned = (pin.get("verifier") or {}).get("manifest_digest")
+    if pinned and pinned != target.manifest_digest:
+        out.append(
+            f"drafter was exported pinned to target manifest {pinned[:12]}, "
+            f"not {target.lineage}@v{target.version} ({target.manifest_digest[:12]})"
+        )
+    out.extend((spec.get("proposal") or {}).get("warnings") or [])
+    return out
 
 
 def to_record(pair: Pair) -> PairRecord:
