@@ -22,8 +22,8 @@ from registry.errors import InvalidInput
 from registry.records import ArtifactRecord, PairRecord
 
 JSON = typer.Option(False, "--json", help="Machine-readable output.")
-# Runner methods per pair method; the others (eagle, mtp) need an engine pairreg lacks.
-RUNNER_METHODS = ("draft_model", "prompt_lookup", "medusa")
+
+from registry.methods import RUNNABLE_METHODS as RUNNER_METHODS
 TEACHER_FORCED_TOKENS = 32
 
 

@@ -11,10 +11,11 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from registry.methods import Method
+
 T = TypeVar("T")
 
 Role = Literal["target", "draft", "heads"]
-Method = Literal["draft_model", "prompt_lookup", "medusa", "eagle", "eagle3", "mtp"]
 PairStatus = Literal["registered", "validated", "promoted", "drifted", "deprecated", "retired"]
 
 PROVENANCE_FIELDS = (

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from registry.methods import TYPICAL_DELTA, TYPICAL_EPSILON
 from runner.drafters import Drafter
 from runner.models import CachedLM
 from runner.sampling import probs_from_logits, speculative_verify, typical_accept
@@ -54,8 +55,8 @@ class DecodeOptions:
     top_k: int | None = None
     top_p: float | None = None
     acceptance: str = "strict"
-    typical_epsilon: float = 0.3
-    typical_delta: float = 0.09
+    typical_epsilon: float = TYPICAL_EPSILON
+    typical_delta: float = TYPICAL_DELTA
     strict_prefix_tokens: int = 0
 
     @property

@@ -16,13 +16,20 @@ from registry.audit import append_event, lock_writes
 from registry.canonical import digest_of
 from registry.errors import InvalidInput
 from registry.models import Artifact, Pair, utcnow
-from registry.records import Method, Page, PairRecord, PairRegisterResult, PairStatus
+from registry.methods import (
+    ACCEPTANCE_RULES,
+    DTYPES,
+    METHODS,
+    PROMPT_LOOKUP_DEFAULTS,
+    TYPICAL_DEFAULTS,
+    Method,
+    is_lossy,
+)
+from registry.records import Page, PairRecord, PairRegisterResult, PairStatus
 from registry.refs import resolve_artifact, resolve_pair
 from registry.services.artifacts import to_record as artifact_record
 from registry.services.base import operation, page_query
 
-METHODS: tuple[str, ...] = ("draft_model", "prompt_lookup", "medusa", "eagle", "eagle3", "mtp")
-HEAD_METHODS = ("medusa", "eagle", "eagle3", "mtp")
 STATUSES: tuple[str, ...] = (
     "registered",
     "validated",
@@ -31,7 +38,6 @@ STATUSES: tuple[str, ...] = (
     "deprecated",
     "retired",
 )
-ACCEPTANCE_RULES = ("strict", "typical")
 
 # Keys `--set` accepts, with their defaults; everything in the digest is listed here.
 COMMON_DEFAULTS: dict[str, Any] = {
@@ -40,17 +46,11 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "engine": "pairreg",
     "engine_version": "1",
 }
-TYPICAL_DEFAULTS: dict[str, Any] = {
-    "typical_epsilon": 0.09,
-    "typical_delta": 0.3,
-    "strict_prefix_tokens": 0,
-}
 METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
-    "prompt_lookup": {"prompt_lookup_max": 3, "prompt_lookup_min": 1},
+    "prompt_lookup": dict(PROMPT_LOOKUP_DEFAULTS),
     "eagle": {"tree": None},
     "eagle3": {"tree": None},
 }
-DTYPES = ("float32", "float16", "bfloat16")
 
 
 TEXT_KEYS = frozenset({"acceptance", "dtype", "engine", "engine_version"})
@@ -254,7 +254,7 @@ def create_pair_row(
         method=method,
         k=config["num_speculative_tokens"],
         config=config,
-        lossy=config["acceptance"] != "strict",
+        lossy=is_lossy(config["acceptance"]),
         status="registered",
         warnings=warnings,
         registered_by=actor,
