@@ -19,11 +19,11 @@ import typer
 from cli.backend import get_backend
 from cli.render import console, err_console, print_json, table
 from registry.errors import InvalidInput
+from registry.methods import RUNNABLE_METHODS as RUNNER_METHODS
 from registry.records import ArtifactRecord, PairRecord
 
 JSON = typer.Option(False, "--json", help="Machine-readable output.")
 
-from registry.methods import RUNNABLE_METHODS as RUNNER_METHODS
 TEACHER_FORCED_TOKENS = 32
 
 

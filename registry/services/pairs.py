@@ -15,7 +15,6 @@ from sqlalchemy.orm import Session
 from registry.audit import append_event, lock_writes
 from registry.canonical import digest_of
 from registry.errors import InvalidInput
-from registry.models import Artifact, Pair, utcnow
 from registry.methods import (
     ACCEPTANCE_RULES,
     DTYPES,
@@ -25,6 +24,7 @@ from registry.methods import (
     Method,
     is_lossy,
 )
+from registry.models import Artifact, Pair, utcnow
 from registry.records import Page, PairRecord, PairRegisterResult, PairStatus
 from registry.refs import resolve_artifact, resolve_pair
 from registry.services.artifacts import to_record as artifact_record

@@ -49,9 +49,7 @@ def test_runner_methods_are_registry_methods_plus_plain_decoding() -> None:
 
 
 def test_every_pair_config_key_the_runner_reads_maps_to_a_runner_field() -> None:
-    config = normalise_config(
-        "prompt_lookup", 3, {"acceptance": "typical", "prompt_lookup_max": 4}
-    )
+    config = normalise_config("prompt_lookup", 3, {"acceptance": "typical", "prompt_lookup_max": 4})
     settings = measurement_settings(config, {})
     fields = {f.name for f in dataclasses.fields(MeasureSettings)}
     assert set(settings) <= fields
