@@ -10,6 +10,7 @@ decoding has tau = 1 exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -95,8 +96,11 @@ class SpeculativeEngine:
         return time.perf_counter()
 
     @torch.inference_mode()
-    def generate(self, prompt_ids: list[int]) -> PromptRun:
+    def generate(self, prompt_ids: list[int], max_new_tokens: int | None = None) -> PromptRun:
+        """Decode one prompt; ``max_new_tokens`` overrides the options' budget (serving)."""
         o = self.options
+        if max_new_tokens is not None:
+            o = dataclasses.replace(o, max_new_tokens=max_new_tokens)
         k = o.k if self.drafter is not None else 0
         run = PromptRun(accepted_per_position=[0] * k, verified_per_position=[0] * k)
         if not prompt_ids:

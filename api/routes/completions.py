@@ -58,61 +58,28 @@ class _Loaded:
     lock: threading.Lock
 
 
-_ENGINES: dict[tuple[str, int], _Loaded] = {}
+_ENGINES: dict[str, _Loaded] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
-def _build(pair: dict[str, Any], max_new_tokens: int) -> _Loaded:
-    import torch
-
-    from runner.drafters import DraftModelDrafter, MedusaDrafter, PromptLookupDrafter
-    from runner.engine import DecodeOptions, SpeculativeEngine
-    from runner.medusa import load_medusa
-    from runner.models import eos_ids, load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
-
-    device = resolve_device("auto")
-    dtype = pair["config"].get("dtype", "float32")
-    tokenizer = load_tokenizer(pair["target_dir"])
-    target = load_causal_lm(pair["target_dir"], device, dtype)
-    generator = torch.Generator(device=device)
-    k = pair["k"]
-    method = pair["method"]
-    if method == "draft_model":
-        drafter: Any = DraftModelDrafter(load_causal_lm(pair["drafter_dir"], device, dtype),
-                                         None, generator)  # fmt: skip
-    elif method == "medusa":
-        heads = load_medusa(pair["drafter_dir"]).to(device=device, dtype=resolve_dtype(dtype))
-        drafter = MedusaDrafter(heads, None, generator)
-        k = min(k, heads.num_heads)
-    elif method == "prompt_lookup":
-        drafter = PromptLookupDrafter(pair["config"].get("prompt_lookup_max", 3),
-                                      pair["config"].get("prompt_lookup_min", 1))  # fmt: skip
-    else:
-        raise InvalidInput(f"embedded serving does not run method {method}", field="model")
-    options = DecodeOptions(k=k, max_new_tokens=max_new_tokens, temperature=0.0)
-    engine = SpeculativeEngine(target, drafter, options, eos_ids(target, tokenizer), generator)
-    return _Loaded(tokenizer, engine, threading.Lock())
-
-
-def _engine(pair: dict[str, Any], max_new_tokens: int) -> _Loaded:
-    key = (pair["pair_digest"], max_new_tokens)
+def _engine(pair: dict[str, Any]) -> _Loaded:
+    """The pair's engine, built once per process by the runner's ``build_engine`` (greedy)."""
     with _ENGINES_LOCK:
-        loaded = _ENGINES.get(key)
+        loaded = _ENGINES.get(pair["pair_digest"])
         if loaded is None:
-            # Reuse the loaded models of another max_tokens; only the options differ.
-            other = next((v for (d, _), v in _ENGINES.items() if d == pair["pair_digest"]), None)
-            if other is not None:
-                import copy
-                import dataclasses
+            from registry.policy import measurement_settings
+            from runner import MeasureSettings
+            from runner.build import build_engine
 
-                engine = copy.copy(other.engine)
-                engine.options = dataclasses.replace(
-                    other.engine.options, max_new_tokens=max_new_tokens
+            settings = measurement_settings(pair["config"], {"temperature": 0.0})
+            try:
+                built = build_engine(
+                    MeasureSettings(**settings), pair["target_dir"], pair["drafter_dir"]
                 )
-                loaded = _Loaded(other.tokenizer, engine, other.lock)
-            else:
-                loaded = _build(pair, max_new_tokens)
-            _ENGINES[key] = loaded
+            except ValueError as exc:
+                raise InvalidInput(f"cannot serve this pair: {exc}", field="model") from exc
+            loaded = _Loaded(built.tokenizer, built.engine, threading.Lock())
+            _ENGINES[pair["pair_digest"]] = loaded
         return loaded
 
 
@@ -151,12 +118,12 @@ def _histogram(run: Any) -> list[int]:
     return counts
 
 
-def _generate(loaded: _Loaded, prompt: str) -> tuple[str, list[int], int, Any]:
+def _generate(loaded: _Loaded, prompt: str, max_tokens: int) -> tuple[str, list[int], int, Any]:
     from runner.measure import encode_prompt
 
     ids = encode_prompt(loaded.tokenizer, prompt)
     with loaded.lock:
-        run = loaded.engine.generate(ids)
+        run = loaded.engine.generate(ids, max_new_tokens=max_tokens)
     text = loaded.tokenizer.decode(run.output_ids, skip_special_tokens=True)
     return text, list(run.output_ids), len(ids), run
 
@@ -186,7 +153,7 @@ def completions(
     request_id = request.headers.get("x-request-id") or f"cmpl-{uuid.uuid4().hex}"
     served_at = utcnow()
     pair = _live_pair(request.app.state.db_url, body.model)
-    loaded = _engine(pair, body.max_tokens)
+    loaded = _engine(pair)
     prompts = [body.prompt] if isinstance(body.prompt, str) else list(body.prompt)
     if not prompts:
         raise InvalidInput("prompt must not be empty", field="prompt")
@@ -194,7 +161,7 @@ def completions(
     steps = drafted = accepted = 0
     hist: list[int] = []
     for index, prompt in enumerate(prompts):
-        text, out_ids, n_in, run = _generate(loaded, prompt)
+        text, out_ids, n_in, run = _generate(loaded, prompt, body.max_tokens)
         finish = "length" if len(out_ids) >= body.max_tokens else "stop"
         choices.append({"index": index, "text": text, "logprobs": None, "finish_reason": finish})
         prompt_tokens += n_in
