@@ -110,8 +110,8 @@ def create_proxy_app(
     tagger: Any = None,
 ) -> FastAPI:
     """The proxy app; ``backend`` and ``tagger`` default to the CLI's backend and a Tagger."""
+    from api.backend import get_backend
     from api.tagger import Tagger
-    from cli.backend import get_backend
     from registry.services.system import read_credentials
 
     backend = backend or get_backend(settings)

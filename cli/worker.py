@@ -226,12 +226,12 @@ def worker_command(
 
 def start_background_worker(settings: Any) -> threading.Event:
     """The embedded server's in-process worker (``PAIRREG_EMBEDDED_WORKER=0`` disables it)."""
-    from cli.backend import LocalBackend
+    from cli.backend import local_backend
 
     stop = threading.Event()
-    backend = LocalBackend(settings)
     me = f"{worker_name()}:embedded"
-    backend.actor = f"worker:{me}"  # audit events name the server's worker, not its OS user
+    # audit events name the server's worker, not its OS user
+    backend = local_backend(settings, actor=f"worker:{me}")
     watch_s = float(os.environ.get("PAIRREG_WATCH_INTERVAL", "300"))
 
     def loop() -> None:

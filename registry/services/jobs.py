@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Annotated, Any, Literal
 
+from pydantic import Field
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
@@ -22,6 +23,7 @@ from registry.audit import append_event, lock_writes
 from registry.canonical import digest_of
 from registry.errors import Conflict, InvalidInput, NotFound
 from registry.models import Job, utcnow
+from registry.params import Cursor, Id, LeaseSeconds, Limit, WorkerName
 from registry.records import Page
 from registry.records_governance import JobRecord
 from registry.services.base import operation, page_query
@@ -126,11 +128,11 @@ def _claimable(now):  # type: ignore[no-untyped-def]
 def claim_job(
     session: Session,
     *,
-    worker: str,
-    device: str | None = None,
+    worker: WorkerName,
+    device: Literal["cpu", "cuda"] | None = None,
     kinds: list[str] | None = None,
-    lease_seconds: int = DEFAULT_LEASE_S,
-    id: int | None = None,
+    lease_seconds: LeaseSeconds = DEFAULT_LEASE_S,
+    id: Annotated[Id | None, Field(description="Claim this job only.")] = None,
     actor: str,
 ) -> JobRecord | None:
     """Take the oldest claimable job (queued, or running with an expired lease), or None.
@@ -209,7 +211,7 @@ def _check_lease(job: Job, worker: str) -> None:
 
 @operation
 def renew_lease(
-    session: Session, *, id: int, worker: str, lease_seconds: int = DEFAULT_LEASE_S
+    session: Session, *, id: Id, worker: WorkerName, lease_seconds: LeaseSeconds = DEFAULT_LEASE_S
 ) -> JobRecord:
     job = _locked_job(session, id)
     _check_lease(job, worker)
@@ -220,7 +222,7 @@ def renew_lease(
 
 @operation
 def complete_job(
-    session: Session, *, id: int, worker: str, result: dict[str, Any], actor: str
+    session: Session, *, id: Id, worker: WorkerName, result: dict[str, Any], actor: str
 ) -> JobRecord:
     """Write a job's results once: a done job is returned unchanged, a lost lease refused."""
     job = _locked_job(session, id)
@@ -268,7 +270,13 @@ def _finish_failed(session: Session, job: Job, error: str, actor: str) -> None:
 
 @operation
 def fail_job(
-    session: Session, *, id: int, worker: str, error: str, retry: bool = True, actor: str
+    session: Session,
+    *,
+    id: Id,
+    worker: WorkerName,
+    error: Annotated[str, Field(min_length=1, max_length=20_000)],
+    retry: bool = True,
+    actor: str,
 ) -> JobRecord:
     """Record a failed attempt: back to the queue while attempts remain, else ``failed``."""
     job = _locked_job(session, id)
@@ -295,7 +303,7 @@ def fail_job(
 
 
 @operation
-def get_job(session: Session, *, id: int) -> JobRecord:
+def get_job(session: Session, *, id: Id) -> JobRecord:
     job = session.get(Job, id)
     if job is None:
         raise NotFound(f"no job with id {id}", field="id")
@@ -308,8 +316,8 @@ def list_jobs(
     *,
     state: str | None = None,
     kind: str | None = None,
-    cursor: str | None = None,
-    limit: int = 100,
+    cursor: Cursor = None,
+    limit: Limit = 100,
 ) -> Page[JobRecord]:
     stmt = select(Job)
     if state:

@@ -7,8 +7,9 @@ manifest digest or null, "config": normalised config}))``.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -25,6 +26,7 @@ from registry.methods import (
     is_lossy,
 )
 from registry.models import Artifact, Pair, utcnow
+from registry.params import Cursor, Limit
 from registry.records import Page, PairRecord, PairRegisterResult, PairStatus
 from registry.refs import resolve_artifact, resolve_pair
 from registry.services.artifacts import to_record as artifact_record
@@ -283,12 +285,14 @@ def create_pair_row(
 def register_pair(
     session: Session,
     *,
-    target: str,
-    draft: str | None = None,
+    target: Annotated[str, Field(min_length=1, description="Target artifact reference.")],
+    draft: Annotated[str | None, Field(description="Drafter artifact reference.")] = None,
     method: Method,
-    k: int,
-    options: dict[str, Any] | None = None,
-    strict: bool = False,
+    k: Annotated[int, Field(ge=1, le=64, description="num_speculative_tokens")],
+    options: Annotated[
+        dict[str, Any] | None, Field(description="Config keys (see docs/registry.md).")
+    ] = None,
+    strict: Annotated[bool, Field(description="Compatibility warnings become errors.")] = False,
     actor: str,
 ) -> PairRegisterResult:
     """Register target + drafter + config; the same digest again returns the existing pair."""
@@ -312,9 +316,9 @@ def list_pairs(
     *,
     target: str | None = None,
     status: PairStatus | None = None,
-    method: str | None = None,
-    cursor: str | None = None,
-    limit: int = 100,
+    method: Method | None = None,
+    cursor: Cursor = None,
+    limit: Limit = 100,
 ) -> Page[PairRecord]:
     stmt = select(Pair)
     if target:

@@ -18,14 +18,16 @@ the gates as they stand at that moment (a flag opened since validation blocks it
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import Field
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from registry.audit import append_event
 from registry.errors import InvalidInput, NotFound
 from registry.models import Deployment, DriftFlag, Job, Measurement, Pair, Policy, Validation
+from registry.params import Cursor, Id, Limit
 from registry.policy import category_floor, measurement_settings
 from registry.records import Page
 from registry.records_governance import GateResult, ValidateResult, ValidationRecord
@@ -449,7 +451,7 @@ jobs_service.COMPLETION_HANDLERS["measure"] = _complete_measure
 
 
 @operation
-def get_validation(session: Session, *, id: int) -> ValidationRecord:
+def get_validation(session: Session, *, id: Id) -> ValidationRecord:
     row = session.get(Validation, id)
     if row is None:
         raise NotFound(f"no validation with id {id}", field="id")
@@ -460,7 +462,11 @@ def get_validation(session: Session, *, id: int) -> ValidationRecord:
 
 @operation
 def set_validation_run(
-    session: Session, *, id: int, mlflow_run_id: str, actor: str
+    session: Session,
+    *,
+    id: Id,
+    mlflow_run_id: Annotated[str, Field(min_length=1, max_length=64)],
+    actor: str,
 ) -> ValidationRecord:
     """Attach the MLflow run the CLI/worker logged for a validation (once)."""
     row = session.get(Validation, id)
@@ -491,8 +497,8 @@ def list_validations(
     pair: str | None = None,
     policy: str | None = None,
     without_mlflow_run: bool = False,
-    cursor: str | None = None,
-    limit: int = 100,
+    cursor: Cursor = None,
+    limit: Limit = 100,
 ) -> Page[ValidationRecord]:
     stmt = select(Validation)
     if without_mlflow_run:  # workers attach runs to validations nobody logged yet

@@ -25,10 +25,11 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.auth import INGEST, Principal, require
+from api.auth import Principal, require
 from registry.db import session_scope
 from registry.errors import InvalidInput
 from registry.models import Pair, utcnow
+from registry.roles import INGEST
 from registry.services import requests as req_svc
 
 router = APIRouter(tags=["serving"])
