@@ -98,9 +98,7 @@ class PairregClient:
             request["headers"] = {"Content-Type": "text/plain"}
         elif op.params_in("body"):
             request["json"] = {
-                p.wire_name: _wire(values[p.name])
-                for p in op.params_in("body")
-                if p.name in values
+                p.wire_name: _wire(values[p.name]) for p in op.params_in("body") if p.name in values
             }
         data = self.request(op.method, path, **request)
         adapter = self._adapters.get(op.name)

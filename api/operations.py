@@ -139,9 +139,7 @@ def build_router() -> APIRouter:
             "responses": responses,
             "operation_id": op.name,
         }
-        router.add_api_route(
-            op.path, _endpoint(op, read_body=True), methods=[op.method], **common
-        )
+        router.add_api_route(op.path, _endpoint(op, read_body=True), methods=[op.method], **common)
         if op.also_get:
             router.add_api_route(
                 op.path,

@@ -175,9 +175,7 @@ OPERATIONS: tuple[Operation, ...] = (
         status=201,
         examples=({"name": "ci-ingest", "role": "ingest"},),
     ),
-    Operation(
-        tokens.list_tokens, "GET", "/v1/tokens", roles.ADMIN, "List tokens", "tokens", NF
-    ),
+    Operation(tokens.list_tokens, "GET", "/v1/tokens", roles.ADMIN, "List tokens", "tokens", NF),
     Operation(
         tokens.revoke_token,
         "DELETE",
@@ -357,9 +355,7 @@ OPERATIONS: tuple[Operation, ...] = (
         errors=NF,
     ),
     # -- jobs: the worker protocol -------------------------------------------------------
-    Operation(
-        jobs.list_jobs, "GET", "/v1/jobs", roles.READ_REGISTRY, "List jobs", "jobs", NF
-    ),
+    Operation(jobs.list_jobs, "GET", "/v1/jobs", roles.READ_REGISTRY, "List jobs", "jobs", NF),
     Operation(
         jobs.claim_job,
         "POST",
@@ -370,9 +366,7 @@ OPERATIONS: tuple[Operation, ...] = (
         errors=NFC,
         examples=({"worker": "gpu-box-1:4242", "device": "cuda", "lease_seconds": 60},),
     ),
-    Operation(
-        jobs.get_job, "GET", "/v1/jobs/{id}", roles.READ_REGISTRY, "Show a job", "jobs", NF
-    ),
+    Operation(jobs.get_job, "GET", "/v1/jobs/{id}", roles.READ_REGISTRY, "Show a job", "jobs", NF),
     Operation(
         jobs.renew_lease,
         "POST",
@@ -401,9 +395,7 @@ OPERATIONS: tuple[Operation, ...] = (
         errors=NFC,
     ),
     # -- drift ---------------------------------------------------------------------------
-    Operation(
-        drift.list_flags, "GET", "/v1/drift", roles.READ_REGISTRY, "List flags", "drift", NF
-    ),
+    Operation(drift.list_flags, "GET", "/v1/drift", roles.READ_REGISTRY, "List flags", "drift", NF),
     Operation(
         drift.check_drift,
         "POST",

@@ -423,9 +423,15 @@ def verify_artifact(
         missing=list(diff.missing),
         added=list(diff.added),
     )
+    report_verification(session, art, report, actor)
+    return report
+
+
+def report_verification(session: Session, art: Artifact, report: VerifyReport, actor: str) -> None:
+    """Tell subscribers (governance opens integrity flags) what a re-hash found, whether the
+    server re-hashed (``verify_artifact``) or a worker did before loading the files."""
     for listener in VERIFY_LISTENERS:
         listener(session, art, report, actor)
-    return report
 
 
 # Governance subscribes here (integrity flags) without this module importing it.

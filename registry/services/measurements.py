@@ -193,9 +193,10 @@ def find_reusable(
     suite_name: str,
     settings: dict[str, Any],
     suite_digest: str | None,
-    runner_version: str | None,
+    runner_versions: list[str],
 ) -> Measurement | None:
-    """The newest stored measurement that answers exactly this request, if any."""
+    """The newest stored measurement that answers exactly this request, taken by one of
+    ``runner_versions``, if any."""
     stmt = select(Measurement).where(
         Measurement.pair_id == pair.id,
         Measurement.suite_name == suite_name,
@@ -203,8 +204,7 @@ def find_reusable(
     )
     if suite_digest:
         stmt = stmt.where(Measurement.suite_digest == suite_digest)
-    if runner_version:
-        stmt = stmt.where(Measurement.runner_version == runner_version)
+    stmt = stmt.where(Measurement.runner_version.in_(runner_versions))
     return session.scalar(stmt.order_by(Measurement.id.desc()).limit(1))
 
 

@@ -18,7 +18,7 @@ the gates as they stand at that moment (a flag opened since validation blocks it
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 from sqlalchemy import or_, select
@@ -338,12 +338,24 @@ def validate_pair(
     session: Session,
     *,
     ref: str,
-    policy: str | None = None,
-    policy_text: str | None = None,
+    policy: Annotated[
+        str | None, Field(description="Policy name (default: the deployment's, else `default`).")
+    ] = None,
+    policy_text: Annotated[
+        str | None, Field(max_length=100_000, description="A policy TOML to store and use.")
+    ] = None,
     deployment: str | None = None,
-    runner_version: str | None = None,
-    suite_digest: str | None = None,
-    device: str | None = None,
+    runner_version: Annotated[
+        str | None,
+        Field(
+            max_length=64,
+            description="The caller measures itself with this runner version (embedded CLI).",
+        ),
+    ] = None,
+    suite_digest: Annotated[str | None, Field(max_length=64)] = None,
+    device: Annotated[
+        Literal["cpu", "cuda"] | None, Field(description="Only a worker on this device measures.")
+    ] = None,
     actor: str,
 ) -> ValidateResult:
     """Validate now from a matching stored measurement, or queue the measurement job.
@@ -365,13 +377,22 @@ def validate_pair(
             field="policy",
         )
     settings = measurement_settings(pair.config, pol.parsed["suite"])
-    m = find_reusable(
-        session,
-        pair,
-        suite_name=pol.parsed["suite"]["name"],
-        settings=settings,
-        suite_digest=suite_digest,
-        runner_version=runner_version,
+    versions = (
+        [runner_version]
+        if runner_version
+        else jobs_service.measuring_runner_versions(session, device)
+    )
+    m = (
+        find_reusable(
+            session,
+            pair,
+            suite_name=pol.parsed["suite"]["name"],
+            settings=settings,
+            suite_digest=suite_digest,
+            runner_versions=versions,
+        )
+        if versions
+        else None
     )
     if m is not None:
         val = record_validation(session, pair, pol, m, deployment=dep, actor=actor)
