@@ -11,10 +11,9 @@ from typing import Any
 
 import torch
 
-from runner.drafter_build import build_drafter
-from runner.engine import DecodeOptions, SpeculativeEngine, greedy_decode
+from runner.build import build_engine
+from runner.engine import greedy_decode
 from runner.models import eos_ids, load_causal_lm, load_tokenizer, resolve_device
-from runner.sampling import probs_from_logits
 from runner.settings import MeasureSettings
 from runner.stats import summarize
 from runner.suites import Prompt
@@ -108,44 +107,8 @@ def measure_pair(
     ``progress(done, total)`` after each prompt.
     """
     s = settings
-    device = resolve_device(s.device)
-    if s.num_threads:
-        torch.set_num_threads(s.num_threads)
-    tokenizer = load_tokenizer(target_dir)
-    target = load_causal_lm(target_dir, device, s.dtype)
-    eos = eos_ids(target, tokenizer)
-    generator = torch.Generator(device=device)
-    greedy = s.temperature <= 0
-
-    def probs(logits: torch.Tensor) -> torch.Tensor:
-        return probs_from_logits(logits, s.temperature, s.top_k, s.top_p)
-
-    prob_fn = None if greedy else probs
-    drafter, k = build_drafter(
-        s.method,
-        drafter_dir,
-        target,
-        k=s.k,
-        tree=s.tree,
-        probs=prob_fn,
-        generator=generator,
-        dtype=s.dtype,
-        max_ngram=s.max_ngram,
-        min_ngram=s.min_ngram,
-    )
-
-    options = DecodeOptions(
-        k=k,
-        max_new_tokens=s.max_new_tokens,
-        temperature=s.temperature,
-        top_k=s.top_k,
-        top_p=s.top_p,
-        acceptance=s.acceptance,
-        typical_epsilon=s.typical_epsilon,
-        typical_delta=s.typical_delta,
-        strict_prefix_tokens=s.strict_prefix_tokens,
-    )
-    engine = SpeculativeEngine(target, drafter, options, eos, generator)
+    built = build_engine(s, target_dir, drafter_dir)
+    engine, tokenizer, generator, k = built.engine, built.tokenizer, built.generator, built.k
     rows: list[dict[str, Any]] = []
     total = len(prompts)
     for i, p in enumerate(prompts):
@@ -164,7 +127,7 @@ def measure_pair(
         categories=stats["categories"],
         overall=stats["overall"],
         prompts=rows,
-        hardware=hardware_info(device),
+        hardware=hardware_info(built.device),
         suite_digest=suite_digest,
         target_dir=str(target_dir),
         drafter_dir=str(drafter_dir) if drafter_dir else None,

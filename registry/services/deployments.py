@@ -13,13 +13,16 @@ Status rules: the pair made live becomes ``promoted``; the pair it replaces goes
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
+from pydantic import Field
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from registry.audit import append_event, lock_writes
 from registry.errors import Conflict, InvalidInput, NotFound
 from registry.models import Deployment, DeploymentEvent, Measurement, Pair, Validation, utcnow
+from registry.params import Cursor, DeploymentName, ExpectVersion, Limit, PolicyName, Reason
 from registry.policy import measurement_settings, settings_digest
 from registry.records import Page
 from registry.records_governance import (
@@ -131,7 +134,7 @@ def pair_live_at(session: Session, deployment: str, at: datetime) -> Pair | None
 
 @operation
 def create_deployment(
-    session: Session, *, name: str, policy: str = "default", actor: str
+    session: Session, *, name: DeploymentName, policy: PolicyName = "default", actor: str
 ) -> DeploymentRecord:
     name = _check_name(name)
     lock_writes(session)
@@ -154,7 +157,7 @@ def create_deployment(
 
 @operation
 def set_deployment_policy(
-    session: Session, *, name: str, policy: str, actor: str
+    session: Session, *, name: str, policy: PolicyName, actor: str
 ) -> DeploymentRecord:
     lock_writes(session)
     dep = find_deployment(session, name)
@@ -180,7 +183,7 @@ def get_deployment(session: Session, *, name: str) -> DeploymentRecord:
 
 @operation
 def list_deployments(
-    session: Session, *, cursor: str | None = None, limit: int = 100
+    session: Session, *, cursor: Cursor = None, limit: Limit = 100
 ) -> Page[DeploymentRecord]:
     rows, next_cursor = page_query(session, select(Deployment), Deployment.id, cursor, limit)
     return Page[DeploymentRecord](
@@ -336,11 +339,11 @@ def promotion_gates(
 def promote(
     session: Session,
     *,
-    ref: str,
+    ref: Annotated[str, Field(min_length=1, description="Pair id or digest prefix.")],
     deployment: str,
-    reason: str,
-    create: bool = False,
-    expect_version: int | None = None,
+    reason: Reason,
+    create: Annotated[bool, Field(description="Create the deployment if missing.")] = False,
+    expect_version: ExpectVersion = None,
     actor: str,
 ) -> PromoteResult:
     """Make ``ref`` the live pair of ``deployment`` if every gate passes right now."""
@@ -401,8 +404,8 @@ def rollback(
     session: Session,
     *,
     deployment: str,
-    reason: str,
-    expect_version: int | None = None,
+    reason: Reason,
+    expect_version: ExpectVersion = None,
     actor: str,
 ) -> PromoteResult:
     """Return to the pair that was live before the current one.

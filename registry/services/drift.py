@@ -17,8 +17,9 @@ returns it to ``validated`` when its latest validation's gates now pass, else ``
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -26,6 +27,7 @@ from registry.audit import append_event, lock_writes
 from registry.drift_stats import drift_test, severity
 from registry.errors import Conflict, InvalidInput, NotFound, PairregError
 from registry.models import Artifact, DriftFlag, Measurement, Pair, Validation, utcnow
+from registry.params import Cursor, Id, Limit, PolicyName, Reason
 from registry.records import Page, VerifyReport
 from registry.records_governance import DriftCheckResult, DriftFlagRecord
 from registry.refs import resolve_pair
@@ -256,10 +258,10 @@ def compare_for_drift(
 def check_drift(
     session: Session,
     *,
-    candidate: str,
-    baseline_measurement: int,
-    candidate_measurement: int,
-    policy: str = "default",
+    candidate: Annotated[str, Field(min_length=1, description="Pair id or digest prefix.")],
+    baseline_measurement: Id,
+    candidate_measurement: Id,
+    policy: PolicyName = "default",
     actor: str,
 ) -> DriftCheckResult:
     """Compare two stored measurements by hand (same comparison the worker runs)."""
@@ -369,8 +371,8 @@ def list_flags(
     state: str | None = None,
     kind: str | None = None,
     pair: str | None = None,
-    cursor: str | None = None,
-    limit: int = 100,
+    cursor: Cursor = None,
+    limit: Limit = 100,
 ) -> Page[DriftFlagRecord]:
     stmt = select(DriftFlag)
     if state:
@@ -395,7 +397,7 @@ def _flag(session: Session, id: int) -> DriftFlag:
 
 
 @operation
-def get_flag(session: Session, *, id: int) -> DriftFlagRecord:
+def get_flag(session: Session, *, id: Id) -> DriftFlagRecord:
     return _record(session, _flag(session, id))
 
 
@@ -462,13 +464,13 @@ def _close(session: Session, id: int, state: str, reason: str, actor: str) -> Dr
 
 
 @operation
-def ack_flag(session: Session, *, id: int, reason: str, actor: str) -> DriftFlagRecord:
+def ack_flag(session: Session, *, id: Id, reason: Reason, actor: str) -> DriftFlagRecord:
     """Accept an open flag with a reason: it no longer blocks promotion."""
     return _close(session, id, "acknowledged", reason, actor)
 
 
 @operation
-def resolve_flag(session: Session, *, id: int, reason: str, actor: str) -> DriftFlagRecord:
+def resolve_flag(session: Session, *, id: Id, reason: Reason, actor: str) -> DriftFlagRecord:
     """Close a flag because its cause is fixed (e.g. a retrained drafter was validated)."""
     return _close(session, id, "resolved", reason, actor)
 

@@ -7,22 +7,34 @@ manifest digest or null, "config": normalised config}))``.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from registry.audit import append_event, lock_writes
 from registry.canonical import digest_of
 from registry.errors import InvalidInput
+from registry.methods import (
+    ACCEPTANCE_RULES,
+    DTYPES,
+    HEAD_METHODS,
+    METHODS,
+    PROMPT_LOOKUP_DEFAULTS,
+    TREE_KINDS,
+    TREE_METHODS,
+    TYPICAL_DEFAULTS,
+    Method,
+    is_lossy,
+)
 from registry.models import Artifact, Pair, utcnow
-from registry.records import Method, Page, PairRecord, PairRegisterResult, PairStatus
+from registry.params import Cursor, Limit
+from registry.records import Page, PairRecord, PairRegisterResult, PairStatus
 from registry.refs import resolve_artifact, resolve_pair
 from registry.services.artifacts import to_record as artifact_record
 from registry.services.base import operation, page_query
 
-METHODS: tuple[str, ...] = ("draft_model", "prompt_lookup", "medusa", "eagle", "eagle3", "mtp")
-HEAD_METHODS = ("medusa", "eagle", "eagle3", "mtp")
 STATUSES: tuple[str, ...] = (
     "registered",
     "validated",
@@ -31,7 +43,6 @@ STATUSES: tuple[str, ...] = (
     "deprecated",
     "retired",
 )
-ACCEPTANCE_RULES = ("strict", "typical")
 
 # Keys `--set` accepts, with their defaults; everything in the digest is listed here.
 COMMON_DEFAULTS: dict[str, Any] = {
@@ -40,23 +51,15 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "engine": "pairreg",
     "engine_version": "1",
 }
-TYPICAL_DEFAULTS: dict[str, Any] = {
-    "typical_epsilon": 0.09,
-    "typical_delta": 0.3,
-    "strict_prefix_tokens": 0,
-}
 METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
-    "prompt_lookup": {"prompt_lookup_max": 3, "prompt_lookup_min": 1},
+    "prompt_lookup": dict(PROMPT_LOOKUP_DEFAULTS),
     "eagle": {"tree": None},
     "eagle3": {"tree": None},
 }
 # Keys a method accepts without a default: absent from the normalised config unless set,
 # so the digests of pairs registered before the key existed do not change.
 OPTIONAL_KEYS: dict[str, tuple[str, ...]] = {"medusa": ("tree",)}
-TREE_METHODS = ("medusa", "eagle", "eagle3")
-TREE_KINDS = ("static", "dynamic")
 MAX_TREE_NODES = 512
-DTYPES = ("float32", "float16", "bfloat16")
 
 
 TEXT_KEYS = frozenset({"acceptance", "dtype", "engine", "engine_version"})
@@ -410,7 +413,7 @@ def create_pair_row(
         method=method,
         k=config["num_speculative_tokens"],
         config=config,
-        lossy=config["acceptance"] != "strict",
+        lossy=is_lossy(config["acceptance"]),
         status="registered",
         warnings=warnings,
         registered_by=actor,
@@ -439,12 +442,14 @@ def create_pair_row(
 def register_pair(
     session: Session,
     *,
-    target: str,
-    draft: str | None = None,
+    target: Annotated[str, Field(min_length=1, description="Target artifact reference.")],
+    draft: Annotated[str | None, Field(description="Drafter artifact reference.")] = None,
     method: Method,
-    k: int,
-    options: dict[str, Any] | None = None,
-    strict: bool = False,
+    k: Annotated[int, Field(ge=1, le=64, description="num_speculative_tokens")],
+    options: Annotated[
+        dict[str, Any] | None, Field(description="Config keys (see docs/registry.md).")
+    ] = None,
+    strict: Annotated[bool, Field(description="Compatibility warnings become errors.")] = False,
     actor: str,
 ) -> PairRegisterResult:
     """Register target + drafter + config; the same digest again returns the existing pair."""
@@ -468,9 +473,9 @@ def list_pairs(
     *,
     target: str | None = None,
     status: PairStatus | None = None,
-    method: str | None = None,
-    cursor: str | None = None,
-    limit: int = 100,
+    method: Method | None = None,
+    cursor: Cursor = None,
+    limit: Limit = 100,
 ) -> Page[PairRecord]:
     stmt = select(Pair)
     if target:
