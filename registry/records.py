@@ -140,6 +140,29 @@ class PairRegisterResult(BaseModel):
     created: bool
 
 
+class PairProposal(BaseModel):
+    """The pair a speculators-format drafter implies, checked against a target."""
+
+    drafter: ArtifactRecord
+    target: ArtifactRecord | None = Field(
+        default=None, description="The target given, or the one the drafter names or pins."
+    )
+    candidates: list[str] = Field(
+        default_factory=list, description="Registered targets matching the drafter's verifier."
+    )
+    method: Method | None = None
+    k: int | None = None
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Config options to register with (e.g. tree)."
+    )
+    verifier: dict[str, Any] = Field(
+        default_factory=dict, description="The verifier the drafter names (and any pin)."
+    )
+    errors: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    registrable: bool = Field(description="True when register_pair would accept this pair.")
+
+
 class AuditEventRecord(BaseModel):
     seq: int
     occurred_at: datetime

@@ -135,6 +135,17 @@ class TelemetryResult(BaseModel):
     flag_id: int | None = None
 
 
+class SpeculatorsExport(BaseModel):
+    """A pair's drafter as a speculators config.json with the verifier pinned."""
+
+    pair_digest: str
+    drafter_ref: str
+    drafter_manifest_digest: str
+    target_ref: str
+    config: dict[str, Any]
+    files: list[str] = Field(description="The drafter's other files, to copy beside config.json.")
+
+
 class ExportResult(BaseModel):
     engine: str
     deployment: str

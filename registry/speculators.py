@@ -21,7 +21,12 @@ Proposal types (speculators ``proposals/``): ``greedy`` and ``sampling`` draft a
 from __future__ import annotations
 
 import copy
+import json
+import os
+import shutil
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 PAIRREG_KEY = "pairreg"
@@ -267,3 +272,38 @@ def facts(config: dict[str, Any] | None) -> dict[str, Any] | None:
         },
         "pin": pin,
     }
+
+
+def write_export(
+    config: Mapping[str, Any],
+    files: Iterable[str],
+    out_dir: str | os.PathLike[str],
+    source_dir: str | os.PathLike[str],
+    manifest: Iterable[Mapping[str, Any]],
+) -> list[str]:
+    """Write an exported speculators draft: ``config.json`` from ``config`` plus ``files``
+    copied from ``source_dir``, each checked against its ``manifest`` entry after the copy
+    (a file that differs is removed and reported). Returns the paths written."""
+    from registry.errors import InvalidInput
+    from registry.manifest import hash_file
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    by_path = {str(e["path"]): e for e in manifest}
+    written = []
+    for rel in files:
+        entry = by_path.get(rel)
+        src = Path(source_dir) / rel
+        if entry is None or not src.is_file():
+            raise InvalidInput(
+                f"{rel}: not in the drafter manifest or not in {source_dir}", field="pair"
+            )
+        dst = out / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+        if hash_file(dst).sha256 != entry["sha256"]:
+            dst.unlink()
+            raise InvalidInput(f"{src} differs from the drafter registered manifest", field="pair")
+        written.append(rel)
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return ["config.json", *written]

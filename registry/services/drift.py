@@ -34,7 +34,7 @@ from registry.refs import resolve_pair
 from registry.services import artifacts as artifacts_service
 from registry.services import jobs as jobs_service
 from registry.services.base import operation, page_query
-from registry.services.pairs import create_pair_row, set_pair_status
+from registry.services.pairs import create_pair_row, head_fit_errors, set_pair_status
 from registry.services.policies import load_policy
 
 FLAG_STATES = ("open", "acknowledged", "resolved")
@@ -116,6 +116,7 @@ def on_target_change(session: Session, previous: Artifact, new: Artifact, actor:
                 entity_id=base.id,
                 payload={"pair_digest": base.pair_digest, "new_target": new.id, "error": str(exc)},
             )
+            _head_no_longer_fits(session, base, new, actor)
             continue
         for val in _baselines(session, base):
             bm = session.get(Measurement, val.measurement_id)
@@ -161,6 +162,49 @@ def on_target_change(session: Session, previous: Artifact, new: Artifact, actor:
                         "policy": val.policy_name,
                     },
                 )
+
+
+def _head_no_longer_fits(session: Session, base: Pair, new: Artifact, actor: str) -> None:
+    """A target change the pair's heads cannot follow (hidden size, vocabulary, the layers
+    an EAGLE-3 head reads) is an integrity finding on the pair: there is nothing to
+    measure, the heads must be retrained for the new target."""
+    if base.drafter is None:
+        return
+    reasons = head_fit_errors(new.facts or {}, base.drafter.facts or {}, base.method)
+    if not reasons:
+        return
+    summary = (
+        f"target {new.lineage}@v{new.version} no longer fits the {base.method} heads "
+        f"{base.drafter.lineage}@v{base.drafter.version}: " + "; ".join(reasons)
+    )
+    lock_writes(session)
+    existing = session.scalar(
+        select(DriftFlag).where(
+            DriftFlag.kind == "integrity",
+            DriftFlag.pair_id == base.id,
+            DriftFlag.state == "open",
+            DriftFlag.summary == summary,
+        )
+    )
+    if existing is not None:
+        return
+    open_flag(
+        session,
+        DriftFlag(
+            kind="integrity",
+            pair_id=base.id,
+            effects={
+                "reasons": reasons,
+                "new_target_id": new.id,
+                "new_target_manifest_digest": new.manifest_digest,
+                "drafter_id": base.drafter.id,
+            },
+            severity="high",
+            summary=summary,
+        ),
+        actor=actor,
+        payload={"pair_digest": base.pair_digest, "new_target": new.id, "summary": summary},
+    )
 
 
 def compare_for_drift(

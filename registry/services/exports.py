@@ -12,13 +12,19 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+from pydantic import Field
 from sqlalchemy.orm import Session
 
-from registry.errors import InvalidInput
+from registry import speculators
+from registry.errors import InvalidInput, PairregError
+from registry.manifest import hash_file
+from registry.materialize import locate
 from registry.models import Artifact, Pair
-from registry.records_requests import ExportResult
+from registry.records_requests import ExportResult, SpeculatorsExport
+from registry.refs import resolve_pair
+from registry.services.artifacts import to_record as artifact_record
 from registry.services.base import operation
 from registry.services.requests import _deployment
 
@@ -75,6 +81,19 @@ def vllm_args(pair: Pair, deployment: str) -> tuple[list[str], dict[str, Any]]:
     if pair.method == "prompt_lookup":
         spec["prompt_lookup_max"] = cfg.get("prompt_lookup_max")
         spec["prompt_lookup_min"] = cfg.get("prompt_lookup_min")
+    tree = cfg.get("tree")
+    if tree:
+        if pair.method not in ("eagle", "eagle3") or tree.get("kind") != "static":
+            what = "dynamic (EAGLE-2) trees" if tree.get("kind") == "dynamic" else "Medusa trees"
+            raise InvalidInput(
+                f"vLLM has no {what}: pair {pair.pair_digest[:12]} would be served as a chain, "
+                "not as registered" + ("; export it for sglang" if pair.method != "medusa" else ""),
+                field="engine",
+            )
+        # vLLM's tree attention: node paths as a Python literal; one draft token per node
+        choices = [tuple(c) for c in tree["choices"]]
+        spec["speculative_token_tree"] = str(choices)
+        spec["num_speculative_tokens"] = len(choices)
     args = [
         "--model", repo,
         "--revision", commit,
@@ -93,6 +112,18 @@ def sglang_args(pair: Pair, deployment: str) -> list[str]:
             f"SGLang has no speculative algorithm for method {pair.method}", field="engine"
         )
     repo, commit = _pinned(pair.target, "target")
+    top_k, draft_tokens = 1, pair.k + 1  # a chain: one candidate per step, plus the root
+    tree = pair.config.get("tree")
+    if tree:
+        if tree.get("kind") != "dynamic":
+            raise InvalidInput(
+                "SGLang grows EAGLE trees dynamically and takes no static tree choices: "
+                f"pair {pair.pair_digest[:12]} would not be served as registered; export it "
+                "for vllm",
+                field="engine",
+            )
+        # SGLang counts the root (the verified token) among the draft tokens
+        top_k, draft_tokens = tree["top_k"], tree["total_tokens"] + 1
     args = [
         "--model-path", repo,
         "--revision", commit,
@@ -100,8 +131,8 @@ def sglang_args(pair: Pair, deployment: str) -> list[str]:
         "--served-model-name", deployment,
         "--speculative-algorithm", algorithm,
         "--speculative-num-steps", str(pair.k),
-        "--speculative-eagle-topk", "1",
-        "--speculative-num-draft-tokens", str(pair.k + 1),
+        "--speculative-eagle-topk", str(top_k),
+        "--speculative-num-draft-tokens", str(draft_tokens),
     ]  # fmt: skip
     if pair.drafter is not None:
         drepo, dcommit = _pinned(pair.drafter, "drafter")
@@ -140,3 +171,81 @@ def export_serving(
         command=command,
         speculative_config=spec,
     )
+
+
+# --- speculators ------------------------------------------------------------------------
+
+
+@operation
+def export_speculators(
+    session: Session,
+    *,
+    pair: Annotated[str, Field(min_length=1, description="Pair reference (digest or id).")],
+) -> SpeculatorsExport:
+    """The pair's drafter as a speculators ``config.json`` whose verifier is pinned.
+
+    The verifier keeps its speculators fields (``name_or_path``: the target's Hub repo, or
+    its lineage when it has none; ``architectures``) and gains, under the top-level
+    ``pairreg`` key that vLLM ignores, the target's 40-hex Hub commit, manifest digest and
+    tokenizer digest, the pair digest and the pair's speculation config; the proposal
+    methods are set from that config. The drafter's config.json is read from its local
+    copy and checked against its manifest first. ``registry.speculators.write_export``
+    writes the result (config.json plus the drafter's other files) to a directory.
+    """
+    p = resolve_pair(session, pair)
+    if p.drafter is None:
+        raise InvalidInput(
+            f"pair {p.pair_digest[:12]} ({p.method}) has no drafter to export", field="pair"
+        )
+    target = p.target
+    if target.hub_commit and not _COMMIT.match(target.hub_commit):
+        raise InvalidInput(
+            f"target {target.lineage}@v{target.version} is pinned to {target.hub_commit!r}, "
+            "not a 40-hex commit: the verifier would not be pinned",
+            field="pair",
+        )
+    config = _verified_config(p.drafter)
+    pinned = speculators.pinned_config(
+        config,
+        verifier_name=target.hub_repo or target.lineage,
+        verifier_architectures=list((target.facts or {}).get("architectures") or []),
+        verifier_revision=target.hub_commit,
+        verifier_manifest_digest=target.manifest_digest,
+        verifier_tokenizer_digest=target.tokenizer_digest,
+        pair_digest=p.pair_digest,
+        method=p.method,
+        k=p.k,
+        tree=p.config.get("tree"),
+    )
+    return SpeculatorsExport(
+        pair_digest=p.pair_digest,
+        drafter_ref=f"{p.drafter.lineage}@v{p.drafter.version}",
+        drafter_manifest_digest=p.drafter.manifest_digest,
+        target_ref=f"{target.lineage}@v{target.version}",
+        config=pinned,
+        files=sorted(e["path"] for e in p.drafter.manifest if e["path"] != "config.json"),
+    )
+
+
+def _verified_config(art: Artifact) -> dict[str, Any]:
+    """The drafter's config.json, from its local copy, only if it has the registered bytes."""
+    entry = next((e for e in art.manifest if e["path"] == "config.json"), None)
+    if entry is None:
+        raise InvalidInput(
+            f"drafter {art.lineage}@v{art.version} has no config.json to export", field="pair"
+        )
+    try:
+        directory = locate(artifact_record(art))
+    except PairregError as exc:
+        raise InvalidInput(str(exc), field="pair") from exc
+    path = directory / "config.json"
+    if not path.is_file() or hash_file(path).sha256 != entry["sha256"]:
+        raise InvalidInput(
+            f"{path} is missing or differs from drafter {art.lineage}@v{art.version}'s "
+            "registered manifest",
+            field="pair",
+        )
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise InvalidInput(f"{path} does not hold a JSON object", field="pair")
+    return data

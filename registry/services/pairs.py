@@ -30,7 +30,7 @@ from registry.methods import (
 )
 from registry.models import Artifact, Pair, utcnow
 from registry.params import Cursor, Limit
-from registry.records import Page, PairRecord, PairRegisterResult, PairStatus
+from registry.records import Page, PairProposal, PairRecord, PairRegisterResult, PairStatus
 from registry.refs import resolve_artifact, resolve_pair
 from registry.services.artifacts import to_record as artifact_record
 from registry.services.base import operation, page_query
@@ -460,6 +460,105 @@ def register_pair(
         session, target=target_art, drafter=drafter_art, config=config, strict=strict, actor=actor
     )
     return PairRegisterResult(pair=to_record(pair), created=created)
+
+
+@operation
+def propose_pair(
+    session: Session,
+    *,
+    draft: Annotated[str, Field(min_length=1, description="A speculators-format drafter.")],
+    target: Annotated[
+        str | None, Field(description="Target to check against; default: the one it names.")
+    ] = None,
+) -> PairProposal:
+    """Read a speculators drafter's algorithm, proposal and verifier and propose the pair.
+
+    Without ``target``, the target is the registered artifact whose manifest the drafter's
+    pin names (an export of pairreg's), else the newest version of the lineage whose name,
+    Hub repo or digest matches the verifier's ``name_or_path`` (ambiguous when several
+    lineages match: they are listed as candidates and no target is chosen). The proposal
+    is then checked exactly as ``register_pair`` would check it.
+    """
+    drafter = resolve_artifact(session, draft, field="draft")
+    spec = (drafter.facts or {}).get("speculators")
+    if not spec:
+        raise InvalidInput(
+            f"{drafter.lineage}@v{drafter.version} has no speculators_config in config.json",
+            field="draft",
+        )
+    proposal = spec.get("proposal") or {}
+    verifier = dict(spec.get("verifier") or {})
+    pin = spec.get("pin") or {}
+    if pin.get("verifier"):
+        verifier["pin"] = pin["verifier"]
+    candidates: list[Artifact] = []
+    if target:
+        target_art: Artifact | None = resolve_artifact(session, target, field="target")
+    else:
+        target_art, candidates = _verifier_target(session, verifier)
+    errors: list[str] = []
+    warnings = list(proposal.get("warnings") or [])
+    method, k = proposal.get("method"), proposal.get("k")
+    options: dict[str, Any] = {"tree": proposal["tree"]} if proposal.get("tree") else {}
+    if method not in METHODS:
+        errors.append(f"no pairreg method for speculators algorithm {spec.get('algorithm')!r}")
+        method = None
+    if k is None:
+        errors.append("the drafter's default proposal method names no speculative_tokens")
+    if target_art is None:
+        errors.append(
+            "no registered target matches the verifier "
+            f"{verifier.get('name_or_path')!r}" + (" unambiguously" if candidates else "")
+        )
+    if method and k and target_art is not None:
+        try:
+            normalise_config(method, k, options)
+            errs, warns = compatibility_findings(target_art, drafter, method)
+            errors += errs
+            warnings += warns
+        except InvalidInput as exc:
+            errors.append(str(exc))
+    return PairProposal(
+        drafter=artifact_record(drafter),
+        target=artifact_record(target_art) if target_art is not None else None,
+        candidates=[f"{a.lineage}@v{a.version}" for a in candidates],
+        method=method,
+        k=k,
+        options=options,
+        verifier=verifier,
+        errors=errors,
+        warnings=sorted(set(warnings), key=warnings.index),
+        registrable=not errors,
+    )
+
+
+def _verifier_target(
+    session: Session, verifier: dict[str, Any]
+) -> tuple[Artifact | None, list[Artifact]]:
+    """The target a drafter's verifier designates: its pin, else its name (newest version
+    of the one matching lineage)."""
+    pinned = (verifier.get("pin") or {}).get("manifest_digest")
+    if pinned:
+        art = session.scalar(
+            select(Artifact).where(Artifact.manifest_digest == pinned, Artifact.role == "target")
+        )
+        if art is not None:
+            return art, [art]
+    name = str(verifier.get("name_or_path") or "").lower()
+    if not name:
+        return None, []
+    matches = [
+        a
+        for a in session.scalars(select(Artifact).where(Artifact.role == "target"))
+        if name in _target_names(a)
+    ]
+    lineages = sorted({a.lineage for a in matches})
+    if len(lineages) != 1:
+        newest = {ln: max((a for a in matches if a.lineage == ln), key=lambda a: a.version)
+                  for ln in lineages}  # fmt: skip
+        return None, [newest[ln] for ln in lineages]
+    best = max(matches, key=lambda a: a.version)
+    return best, [best]
 
 
 @operation
