@@ -4,6 +4,13 @@
 Usage: ``python bench/runner_bench.py [--k 4] [--max-new-tokens 64] [--prompts 8]``.
 Outputs of all three must match token for token (fp32 greedy); the script exits non-zero
 otherwise. Target: pairreg >= 1.2x the tokens/s of transformers' assisted generation.
+
+``--trees``: token tree vs chain for the same heads (Medusa with the tiny build's tree,
+EAGLE-1 and EAGLE-3 with an EAGLE-2 dynamic tree), greedy and at temperature 1, same
+prompts and seeds: tau (from the counters), tokens/s and verified nodes per step. Greedy
+outputs must equal plain greedy. Target: the tree raises tau by >= 20% over the chain for
+the same heads at temperature 1 (greedy tau on the tiny target is near its ceiling: its
+greedy continuations settle into repetitive code that every drafter predicts).
 """
 
 from __future__ import annotations
@@ -17,12 +24,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from runner.build import build_drafter  # noqa: E402
 from runner.drafters import DraftModelDrafter  # noqa: E402
 from runner.engine import DecodeOptions, SpeculativeEngine  # noqa: E402
 from runner.measure import encode_prompt  # noqa: E402
 from runner.models import eos_ids, load_causal_lm, load_tokenizer  # noqa: E402
+from runner.settings import MeasureSettings  # noqa: E402
+from runner.stats import summarize_group  # noqa: E402
 from runner.suites import load_suite  # noqa: E402
-from runner.tiny import build_tiny_pairs  # noqa: E402
+from runner.tiny import build_tiny_pairs, medusa_tree  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,8 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=2, help="timed passes (best is reported)")
     ap.add_argument("--tiny-dir", default=None)
+    ap.add_argument("--trees", action="store_true", help="tree vs chain for the same heads")
+    ap.add_argument("--top-k", type=int, default=3, help="EAGLE-2 tree: top-k (--trees)")
+    ap.add_argument("--total-tokens", type=int, default=12, help="EAGLE-2 tree: nodes")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.trees:
+        return tree_bench(args)
 
     paths = build_tiny_pairs(args.tiny_dir)
     tok = load_tokenizer(paths.target_v1)
@@ -120,6 +135,71 @@ def main(argv: list[str] | None = None) -> int:
         print("below target: pairreg should be >= 1.2x transformers assisted generation")
         return 2
     return 0
+
+
+def tree_bench(args: argparse.Namespace) -> int:
+    paths = build_tiny_pairs(args.tiny_dir)
+    tok = load_tokenizer(paths.target_v1)
+    target = load_causal_lm(paths.target_v1, "cpu")
+    eos = eos_ids(target, tok)
+    suite = load_suite(args.suite).prompts[: args.prompts]
+    prompts = [encode_prompt(tok, p.prompt) for p in suite]
+    n_new = args.max_new_tokens
+    mtree = medusa_tree(paths)
+    m_depth = max(len(c) for c in mtree["choices"])
+    dyn = {"kind": "dynamic", "top_k": args.top_k, "total_tokens": args.total_tokens}
+    heads = [
+        ("medusa", paths.medusa, m_depth, mtree),
+        ("eagle", paths.eagle, args.k, dyn),
+        ("eagle3", paths.eagle3, args.k, dyn),
+    ]
+    refs = [plain_greedy(target, p, n_new, eos) for p in prompts]
+    gen = torch.Generator()
+    print(f"prompts={len(prompts)} max_new_tokens={n_new} threads={args.threads} "
+          f"eagle2 tree: top_k={args.top_k} total_tokens={args.total_tokens}")  # fmt: skip
+    print(f"{'heads':8s} {'T':>3s} {'shape':6s} {'k':>2s} {'tau':>6s} {'alpha':>6s} "
+          f"{'nodes/step':>10s} {'tok/s':>8s}")  # fmt: skip
+    failed = []
+    for method, ddir, k, tree in heads:
+        for temp in (0.0, 1.0):
+            taus = {}
+            for shape, tr in (("chain", None), ("tree", tree)):
+                s = MeasureSettings(method=method, k=k, temperature=temp, tree=tr,
+                                    max_new_tokens=n_new, device="cpu")  # fmt: skip
+                drafter, k_eff = build_drafter(s, ddir, target, torch.device("cpu"), gen)
+                opts = DecodeOptions(k=k_eff, max_new_tokens=n_new, temperature=temp)
+                engine = SpeculativeEngine(target, drafter, opts, eos, gen)
+                best, runs = float("inf"), []
+                for _ in range(args.repeats):
+                    t0 = time.perf_counter()
+                    runs = []
+                    for i, p in enumerate(prompts):
+                        gen.manual_seed(1000 + i)
+                        runs.append(engine.generate(p))
+                    best = min(best, time.perf_counter() - t0)
+                if temp == 0 and [r.output_ids for r in runs] != refs:
+                    print(f"MISMATCH: {method} {shape} differs from plain greedy")
+                    return 1
+                g = summarize_group([r.to_dict() for r in runs], k_eff, n_boot=10)
+                taus[shape] = g["tau"]
+                tokens = sum(r.emitted for r in runs)
+                print(f"{method:8s} {temp:3.0f} {shape:6s} {k_eff:2d} {g['tau']:6.2f} "
+                      f"{g['alpha']:6.3f} {g['draft_tokens_per_step']:10.1f} "
+                      f"{tokens / best:8.1f}")  # fmt: skip
+            gain = taus["tree"] / taus["chain"]
+            print(f"{'':8s} tree / chain tau = {gain:.2f}x")
+            if temp > 0 and gain < 1.2:
+                failed.append(f"{method} at T={temp:g}: {gain:.2f}x")
+    if failed:
+        print("below target (tree tau >= 1.2x chain): " + "; ".join(failed))
+        return 2
+    return 0
+
+
+def plain_greedy(target, prompt: list[int], n: int, eos: set[int]) -> list[int]:
+    from runner.engine import greedy_decode
+
+    return greedy_decode(target, prompt, n, eos)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.nn import functional as F
@@ -202,3 +203,58 @@ def medusa_tree_choices(accuracy: list[list[float]], n_nodes: int) -> list[list[
                 seen.add(c)
                 heapq.heappush(heap, (-v, c))
     return [list(c) for c in sorted(chosen, key=lambda c: (len(c), c))]
+
+
+# --------------------------------------------------------------------------- reference build
+
+
+def train_reference_heads(
+    target_dir: str,
+    batches: Batches,
+    *,
+    eagle_dir: str | None,
+    eagle3_dir: str | None,
+    steps: int,
+    verifier: dict[str, Any],
+    k: int = 4,
+    draft_vocab_size: int | None = None,
+    aux_layers: list[int] | None = None,
+    seed: int = 0,
+    lr: float = 3e-3,
+    ttt_steps: int = 3,
+    tick: Callable[[str], None] | None = None,
+) -> dict[str, float]:
+    """Train EAGLE-1 and/or EAGLE-3 heads for the Llama-style target in ``target_dir`` and
+    save them in the speculators format (``verifier``: its ``name_or_path`` and
+    ``architectures``). Deterministic for fixed ``seed``, ``batches`` and thread count.
+    Returns the final losses."""
+    from runner.eagle import spec_for_target
+    from runner.models import load_causal_lm
+
+    target = load_causal_lm(target_dir, "cpu")
+    for p in target.parameters():
+        p.requires_grad_(False)
+    losses: dict[str, float] = {}
+    jobs = [(1, eagle_dir), (3, eagle3_dir)]
+    for version, out in jobs:
+        if out is None:
+            continue
+        name = "eagle" if version == 1 else "eagle3"
+        torch.manual_seed(seed + version)
+        ids = None
+        size = None
+        if version == 3:
+            size = draft_vocab_size or int(target.config.vocab_size)
+            ids = draft_vocabulary(target, batches, size)
+        spec = spec_for_target(target.config, version, draft_vocab_size=size, aux_layers=aux_layers)
+        head = new_head(spec, target, ids)
+
+        def step_tick(stage: str = name) -> None:
+            if tick is not None:
+                tick(stage)
+
+        losses[name] = train_head(
+            head, target, batches, steps, lr=lr, ttt_steps=ttt_steps, tick=step_tick
+        )
+        head.save(out, verifier, k)
+    return losses

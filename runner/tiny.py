@@ -12,6 +12,11 @@ Models (all share one byte-level tokenizer, vocabulary 256 bytes + ``<pad> <bos>
 * ``medusa``: 3 Medusa heads trained on target-v1's hidden states.
 * ``target-v2``: target-v1 fine-tuned on prose from ``pydoc_data.topics``; the draft was
   never trained against it, so its acceptance on code drops (the drift scenario).
+* ``eagle`` / ``eagle3``: EAGLE-1 and EAGLE-3 heads for target-v1 in the speculators format
+  (EAGLE-3 reads target layers 1, 2, 3 and drafts over the 96 tokens target-v1 predicts
+  most), and ``medusa-tree.json``: a static Medusa tree from the heads' measured rank
+  accuracies. They are a second stage with their own marker, so an existing build of the
+  models above is kept and only the heads are added.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -39,6 +45,13 @@ DRAFT_STEPS = 300
 MEDUSA_STEPS = 100
 V2_STEPS = 60
 MEDUSA_HEADS = 3
+HEADS_RECIPE_VERSION = "tiny-heads-1"
+HEADS_MARKER = "HEADS_COMPLETE.json"
+HEADS_STEPS = 100
+HEADS_BATCH = 8
+EAGLE3_DRAFT_VOCAB = 96
+EAGLE3_LAYERS = [1, 2, 3]
+MEDUSA_TREE_NODES = 14
 
 ProgressFn = Callable[[str, int, int], None]
 
@@ -53,6 +66,9 @@ class TinyPaths:
     target_v2: str
     draft: str
     medusa: str
+    eagle: str
+    eagle3: str
+    medusa_tree: str
 
     def to_dict(self) -> dict[str, str]:
         return asdict(self)
@@ -74,22 +90,40 @@ def tiny_paths(out_dir: str | os.PathLike[str] | None = None) -> TinyPaths:
         target_v2=str(root / "target-v2"),
         draft=str(root / "draft"),
         medusa=str(root / "medusa"),
+        eagle=str(root / "eagle"),
+        eagle3=str(root / "eagle3"),
+        medusa_tree=str(root / "medusa-tree.json"),
+    )
+
+
+def _marker_ok(path: Path, version: str) -> bool:
+    if not path.is_file():
+        return False
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return meta.get("recipe_version") == version
+
+
+def _models_built(paths: TinyPaths) -> bool:
+    return _marker_ok(Path(paths.root) / MARKER, RECIPE_VERSION) and all(
+        Path(p).is_dir() for p in (paths.target_v1, paths.target_v2, paths.draft, paths.medusa)
+    )
+
+
+def _heads_built(paths: TinyPaths) -> bool:
+    return (
+        _marker_ok(Path(paths.root) / HEADS_MARKER, HEADS_RECIPE_VERSION)
+        and all(Path(p).is_dir() for p in (paths.eagle, paths.eagle3))
+        and Path(paths.medusa_tree).is_file()
     )
 
 
 def is_built(out_dir: str | os.PathLike[str] | None = None) -> bool:
-    """True when ``out_dir`` holds a complete build of the current recipe."""
+    """True when ``out_dir`` holds a complete build of the current recipe (heads included)."""
     paths = tiny_paths(out_dir)
-    marker = Path(paths.root) / MARKER
-    if not marker.is_file():
-        return False
-    try:
-        meta = json.loads(marker.read_text())
-    except (OSError, json.JSONDecodeError):
-        return False
-    return meta.get("recipe_version") == RECIPE_VERSION and all(
-        Path(p).is_dir() for p in (paths.target_v1, paths.target_v2, paths.draft, paths.medusa)
-    )
+    return _models_built(paths) and _heads_built(paths)
 
 
 # --------------------------------------------------------------------------- tokenizer
@@ -264,12 +298,35 @@ def build_tiny_pairs(
         try:
             if not force and is_built(paths.root):
                 return paths
-            return _build(paths, progress)
+            models = force or not _models_built(paths)
+            ticker = _Ticker(progress, _total(models))
+            if models:
+                _build(paths, ticker)
+            return _build_heads(paths, ticker)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _build(paths: TinyPaths, progress: ProgressFn | None) -> TinyPaths:
+def _total(models: bool) -> int:
+    heads = 2 * HEADS_STEPS
+    return heads + (TARGET_STEPS + DRAFT_STEPS + MEDUSA_STEPS + V2_STEPS if models else 0)
+
+
+class _Ticker:
+    """One progress count across both build stages."""
+
+    def __init__(self, progress: ProgressFn | None, total: int) -> None:
+        self.progress = progress
+        self.total = total
+        self.done = 0
+
+    def __call__(self, stage: str) -> None:
+        self.done += 1
+        if self.progress is not None:
+            self.progress(stage, self.done, self.total)
+
+
+def _build(paths: TinyPaths, tick: Callable[[str], None]) -> TinyPaths:
     from transformers import LlamaForCausalLM
 
     from runner.medusa import MedusaHeads
@@ -278,15 +335,6 @@ def _build(paths: TinyPaths, progress: ProgressFn | None) -> TinyPaths:
     marker = root / MARKER
     if marker.exists():
         marker.unlink()
-
-    total = TARGET_STEPS + DRAFT_STEPS + MEDUSA_STEPS + V2_STEPS
-    done = 0
-
-    def tick(stage: str) -> None:
-        nonlocal done
-        done += 1
-        if progress is not None:
-            progress(stage, done, total)
 
     prev_threads = torch.get_num_threads()
     prev_det = torch.are_deterministic_algorithms_enabled()
@@ -345,3 +393,72 @@ def _build(paths: TinyPaths, progress: ProgressFn | None) -> TinyPaths:
     }
     marker.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return paths
+
+
+def _build_heads(paths: TinyPaths, tick: Callable[[str], None]) -> TinyPaths:
+    """EAGLE-1 and EAGLE-3 heads for target-v1 (speculators format) and a Medusa tree."""
+    from runner.eagle_train import (
+        medusa_rank_accuracy,
+        medusa_tree_choices,
+        train_reference_heads,
+    )
+    from runner.medusa import load_medusa
+    from runner.models import load_causal_lm
+
+    root = Path(paths.root)
+    marker = root / HEADS_MARKER
+    if marker.exists():
+        marker.unlink()
+    prev_threads = torch.get_num_threads()
+    prev_det = torch.are_deterministic_algorithms_enabled()
+    # one thread: small models train no slower on one, and results do not depend on how
+    # many cores the machine has or how busy they are
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    t0 = time.perf_counter()
+    try:
+        sampler = _Sampler(code_corpus(), 5)
+
+        def batches() -> torch.Tensor:
+            return sampler.batch()[:HEADS_BATCH]
+
+        verifier = {"name_or_path": "tiny/target-v1", "architectures": ["LlamaForCausalLM"]}
+        losses = train_reference_heads(
+            paths.target_v1,
+            batches,
+            eagle_dir=paths.eagle,
+            eagle3_dir=paths.eagle3,
+            steps=HEADS_STEPS,
+            verifier=verifier,
+            k=4,
+            draft_vocab_size=EAGLE3_DRAFT_VOCAB,
+            aux_layers=EAGLE3_LAYERS,
+            seed=5678,
+            tick=tick,
+        )
+        target = load_causal_lm(paths.target_v1, "cpu")
+        heads = load_medusa(paths.medusa)
+        calib = _Sampler(code_corpus(), 6)
+        accuracy = medusa_rank_accuracy(target, heads, calib.batch, n_batches=2, max_rank=4)
+        choices = medusa_tree_choices(accuracy, MEDUSA_TREE_NODES)
+        tree = {"kind": "static", "choices": choices, "accuracy": accuracy}
+        Path(paths.medusa_tree).write_text(json.dumps(tree, indent=2) + "\n")
+    finally:
+        torch.set_num_threads(prev_threads)
+        torch.use_deterministic_algorithms(prev_det)
+    for d in (paths.eagle, paths.eagle3):
+        make_tokenizer().save_pretrained(d)
+    meta = {
+        "recipe_version": HEADS_RECIPE_VERSION,
+        "build_seconds": round(time.perf_counter() - t0, 2),
+        "final_losses": {k: round(v, 4) for k, v in losses.items()},
+        "torch": torch.__version__,
+    }
+    marker.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return paths
+
+
+def medusa_tree(paths: TinyPaths) -> dict[str, Any]:
+    """The tiny build's Medusa tree as a pair config ``tree`` value."""
+    data = json.loads(Path(paths.medusa_tree).read_text())
+    return {"kind": "static", "choices": data["choices"]}

@@ -169,11 +169,17 @@ class TreeBuilder:
         return 0.0 if node < 0 else self.scores[node]
 
     def add_children(
-        self, parent: int, logits: torch.Tensor, n: int, ranks: set[int] | None = None
+        self,
+        parent: int,
+        logits: torch.Tensor,
+        n: int,
+        ranks: set[int] | None = None,
+        q_ready: bool = False,
     ) -> list[int | None]:
         """Add up to ``n`` children below ``parent``: the top ``n`` distinct tokens
         (greedy; only those whose rank is in ``ranks`` when given, ``None`` for the others)
-        or ``n`` i.i.d. draws (sampling; ``None`` marks a repeated draw)."""
+        or ``n`` i.i.d. draws (sampling; ``None`` marks a repeated draw; with ``q_ready``
+        ``logits`` already holds the processed draft distribution)."""
         t = self.tree
         depth = 1 if parent < 0 else t.depths[parent] + 1
         base = self.score(parent)
@@ -195,7 +201,7 @@ class TreeBuilder:
                 draws.append(node)
                 out.append(node)
             return out
-        q = self.probs(logits)  # type: ignore[misc]
+        q = logits if q_ready else self.probs(logits)  # type: ignore[misc]
         t.q[parent] = q
         drawn = torch.multinomial(q, n, replacement=True, generator=self.generator).tolist()
         draws = t.draws.setdefault(parent, [])
@@ -304,27 +310,64 @@ def _build_dynamic(
                 layer += [c for c in b.add_children(n, lg, k) if c is not None]
         return b.tree.subtree(_best_closed(b, budget))
     # sampling: plan each layer's draws before drawing it; keep everything drawn
-    used = min(k, budget)
-    layer = [c for c in b.add_children(-1, root_logits, used) if c is not None]
-    for depth in range(2, max_depth + 1):
-        left = budget - used
-        if left <= 0 or not layer:
+    return _build_sampled(b, k, budget, root_logits, expand, max_depth)
+
+
+# The planning value of a sampled candidate: the chance the walk reaches it, modelled as
+# ``value(parent) * A * ((1 - A) * (1 - s))^j`` for the parent's ``j``-th distinct draw, with
+# ``A`` an assumed first-draw acceptance and ``s = sum q^2`` the chance a further draw repeats
+# an earlier one (a repeat adds nothing). Only the parent's ``q`` enters, never the draws.
+ASSUMED_ACCEPTANCE = 0.8
+
+
+def _slot_values(base: float, q: torch.Tensor, n: int) -> list[float]:
+    s = float((q * q).sum())
+    decay = max((1 - ASSUMED_ACCEPTANCE) * (1 - s), 1e-9)
+    return [base + math.log(ASSUMED_ACCEPTANCE) + j * math.log(decay) for j in range(n)]
+
+
+def _build_sampled(
+    b: TreeBuilder,
+    k: int,
+    budget: int,
+    root_logits: torch.Tensor,
+    expand: ExpandFn,
+    max_depth: int,
+) -> DraftTree:
+    """EAGLE-2's budget under sampling: each layer gets an even share of the remaining
+    draws, spent on the most valuable slots (see :data:`ASSUMED_ACCEPTANCE`) of the ``k``
+    most valuable nodes of the layer above; every draw is verified."""
+    used = 0
+    parents = [-1]
+    logits = [root_logits]
+    for depth in range(1, max_depth + 1):
+        share = math.ceil((budget - used) / (max_depth - depth + 1))
+        if share <= 0 or not parents:
             break
-        per_layer = math.ceil(left / (max_depth - depth + 1))
-        frontier = sorted(layer, key=lambda n: -b.scores[n])[:k]
-        plan: list[tuple[int, int]] = []
-        room = per_layer
-        for n in frontier:
-            if room <= 0:
-                break
-            m = min(k, room)
-            plan.append((n, m))
-            room -= m
-        nodes = [n for n, _ in plan]
-        layer = []
-        for (n, m), lg in zip(plan, expand(b.tree, nodes), strict=True):
-            layer += [c for c in b.add_children(n, lg, m) if c is not None]
+        qs = [b.probs(lg) for lg in logits]  # type: ignore[misc]
+        slots = [
+            (v, n, q)
+            for n, q in zip(parents, qs, strict=True)
+            for v in _slot_values(b.score(n), q, k)
+        ]
+        slots.sort(key=lambda t: -t[0])
+        counts: dict[int, int] = {}
+        for _, n, _ in slots[:share]:
+            counts[n] = counts.get(n, 0) + 1
+        layer: list[int] = []
+        for n, q in zip(parents, qs, strict=True):
+            m = counts.get(n, 0)
+            if not m:
+                continue
+            made = [c for c in b.add_children(n, q, m, q_ready=True) if c is not None]
+            for c, v in zip(made, _slot_values(b.score(n), q, len(made)), strict=True):
+                b.scores[c] = v
+            layer += made
             used += m
+        if depth == max_depth:
+            break
+        parents = sorted(layer, key=lambda c: -b.scores[c])[:k]
+        logits = list(expand(b.tree, parents)) if parents else []
     return b.tree
 
 
