@@ -54,3 +54,14 @@ def test_every_pair_config_key_the_runner_reads_maps_to_a_runner_field() -> None
     fields = {f.name for f in dataclasses.fields(MeasureSettings)}
     assert set(settings) <= fields
     assert MeasureSettings(**settings).max_ngram == 4
+
+
+def test_a_registered_tree_reaches_the_runner_unchanged() -> None:
+    tree = {"top_k": 3, "total_tokens": 10}
+    config = normalise_config("eagle3", 4, {"tree": tree})
+    runner = MeasureSettings(**measurement_settings(config, {"temperature": 1.0}))
+    assert runner.tree == config["tree"] == {"kind": "dynamic", **tree}
+    assert runner.method == "eagle3" and runner.k == 4
+    assert set(methods.TREE_METHODS) <= set(methods.RUNNABLE_METHODS)
+    chain = measurement_settings(normalise_config("medusa", 3, {}), {})
+    assert "tree" not in chain and MeasureSettings(**chain).tree is None
