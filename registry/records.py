@@ -11,12 +11,12 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from registry.lifecycle import PairStatus
 from registry.methods import Method
 
 T = TypeVar("T")
 
 Role = Literal["target", "draft", "heads"]
-PairStatus = Literal["registered", "validated", "promoted", "drifted", "deprecated", "retired"]
 
 PROVENANCE_FIELDS = (
     "publisher",

@@ -19,6 +19,7 @@ from pydantic import Field
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from registry import lifecycle
 from registry.audit import append_event, lock_writes
 from registry.errors import Conflict, InvalidInput, NotFound
 from registry.models import Deployment, DeploymentEvent, Measurement, Pair, Validation, utcnow
@@ -33,7 +34,6 @@ from registry.records_governance import (
 )
 from registry.refs import resolve_pair
 from registry.services.base import operation, page_query
-from registry.services.pairs import set_pair_status
 from registry.services.policies import load_policy
 from registry.services.validation import baseline_measurement, evaluate_gates
 
@@ -251,8 +251,12 @@ def _move(
     )
     session.add(ev)
     session.flush()
-    set_pair_status(
-        session, to_pair, "promoted", actor=actor, reason=f"{action} on deployment {dep.name}"
+    lifecycle.apply(
+        session,
+        to_pair,
+        "rolled_back_to" if action == "rollback" else "promoted",
+        actor=actor,
+        reason=f"{action} on deployment {dep.name}",
     )
     if from_pair_id is not None and from_pair_id != to_pair.id:
         still_live = session.scalar(
@@ -262,8 +266,8 @@ def _move(
         )
         old = session.get(Pair, from_pair_id)
         if old is not None and not still_live and old.status == "promoted":
-            set_pair_status(
-                session, old, "validated", actor=actor, reason=f"replaced on deployment {dep.name}"
+            lifecycle.apply(
+                session, old, "replaced", actor=actor, reason=f"replaced on deployment {dep.name}"
             )
     digests = _digests(session, {from_pair_id, to_pair.id})
     append_event(

@@ -23,6 +23,7 @@ from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from registry import lifecycle
 from registry.audit import append_event, lock_writes
 from registry.drift_stats import drift_test, severity
 from registry.errors import Conflict, InvalidInput, NotFound, PairregError
@@ -34,7 +35,7 @@ from registry.refs import resolve_pair
 from registry.services import artifacts as artifacts_service
 from registry.services import jobs as jobs_service
 from registry.services.base import operation, page_query
-from registry.services.pairs import create_pair_row, set_pair_status
+from registry.services.pairs import create_pair_row
 from registry.services.policies import load_policy
 
 FLAG_STATES = ("open", "acknowledged", "resolved")
@@ -226,8 +227,8 @@ def compare_for_drift(
                 "candidate_measurement_id": candidate_measurement.id,
             },
         )
-        set_pair_status(
-            session, candidate, "drifted", actor=actor, reason=f"drift flag {flag.id} opened"
+        lifecycle.apply(
+            session, candidate, "drift_flagged", actor=actor, reason=f"drift flag {flag.id} opened"
         )
     else:
         append_event(
@@ -415,7 +416,7 @@ def _after_close(session: Session, flag: DriftFlag, actor: str) -> None:
         return
     from registry.services.validation import evaluate_gates  # validation imports this module
 
-    status = "registered"
+    event = "flags_cleared"
     val = session.scalar(
         select(Validation)
         .where(Validation.pair_id == pair.id)
@@ -426,8 +427,8 @@ def _after_close(session: Session, flag: DriftFlag, actor: str) -> None:
         m = session.get(Measurement, val.measurement_id)
         pol = load_policy(session, val.policy_name, actor=actor)
         if m is not None and all(g.passed for g in evaluate_gates(session, pair, pol, m)):
-            status = "validated"
-    set_pair_status(session, pair, status, actor=actor, reason=f"flag {flag.id} {flag.state}")
+            event = "flags_cleared_valid"
+    lifecycle.apply(session, pair, event, actor=actor, reason=f"flag {flag.id} {flag.state}")
 
 
 def _close(session: Session, id: int, state: str, reason: str, actor: str) -> DriftFlagRecord:

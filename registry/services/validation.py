@@ -24,6 +24,7 @@ from pydantic import Field
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
+from registry import lifecycle
 from registry.audit import append_event
 from registry.errors import InvalidInput, NotFound
 from registry.models import Deployment, DriftFlag, Job, Measurement, Pair, Policy, Validation
@@ -35,7 +36,6 @@ from registry.refs import resolve_pair
 from registry.services import jobs as jobs_service
 from registry.services.base import operation, page_query
 from registry.services.measurements import find_reusable, insert_measurement
-from registry.services.pairs import set_pair_status
 from registry.services.policies import _store as store_policy
 from registry.services.policies import load_policy
 
@@ -269,8 +269,8 @@ def record_validation(
             "failed_gates": [g.name for g in gates if not g.passed],
         },
     )
-    if passed and pair.status in ("registered", "drifted"):
-        set_pair_status(
+    if passed and lifecycle.allowed(pair.status, "validated"):
+        lifecycle.apply(
             session,
             pair,
             "validated",
