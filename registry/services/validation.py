@@ -29,10 +29,10 @@ from registry.audit import append_event
 from registry.errors import InvalidInput, NotFound
 from registry.models import Deployment, DriftFlag, Job, Measurement, Pair, Policy, Validation
 from registry.params import Cursor, Id, Limit
-from registry.policy import category_floor, measurement_settings
+from registry.policy import applicable_policy_name, category_floor, measurement_settings
 from registry.records import Page
 from registry.records_governance import GateResult, ValidateResult, ValidationRecord
-from registry.refs import resolve_pair
+from registry.refs import resolve_deployment, resolve_pair
 from registry.services import jobs as jobs_service
 from registry.services.base import operation, page_query
 from registry.services.measurements import find_reusable, insert_measurement
@@ -285,12 +285,7 @@ def record_validation(
 
 
 def _deployment(session: Session, name: str | None) -> Deployment | None:
-    if not name:
-        return None
-    dep = session.scalar(select(Deployment).where(Deployment.name == name))
-    if dep is None:
-        raise NotFound(f"no deployment named {name}", field="deployment")
-    return dep
+    return resolve_deployment(session, name) if name else None
 
 
 def measure_job_args(
@@ -370,7 +365,8 @@ def validate_pair(
     if policy_text is not None:
         pol, _ = store_policy(session, policy_text, None, actor)
     else:
-        pol = load_policy(session, policy or (dep.policy_name if dep else "default"), actor=actor)
+        asked = applicable_policy_name(policy, dep.policy_name if dep else None)
+        pol = load_policy(session, asked, actor=actor)
     if dep is not None and dep.policy_name != pol.name:
         raise InvalidInput(
             f"deployment {dep.name} enforces policy {dep.policy_name}, not {pol.name}",
