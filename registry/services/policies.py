@@ -17,7 +17,7 @@ from registry.errors import NotFound
 from registry.models import Policy
 from registry.params import Cursor, Limit
 from registry.policy import DEFAULT_POLICY_NAME, default_policy_text, parse_policy, policy_digest
-from registry.records import Page
+from registry.records import Page, from_row
 from registry.records_governance import PolicyPutResult, PolicyRecord
 from registry.services.base import operation, page_query
 
@@ -25,16 +25,7 @@ DEFAULT_POLICY = DEFAULT_POLICY_NAME
 
 
 def to_record(row: Policy) -> PolicyRecord:
-    return PolicyRecord(
-        id=row.id,
-        name=row.name,
-        version=row.version,
-        digest=row.digest,
-        toml_text=row.toml_text,
-        parsed=row.parsed,
-        created_by=row.created_by,
-        created_at=row.created_at,
-    )
+    return from_row(PolicyRecord, row)
 
 
 def _store(session: Session, text: str, name: str | None, actor: str) -> tuple[Policy, bool]:

@@ -30,7 +30,7 @@ from registry.errors import InvalidInput, NotFound
 from registry.models import Deployment, DriftFlag, Job, Measurement, Pair, Policy, Validation
 from registry.params import Cursor, Id, Limit
 from registry.policy import applicable_policy_name, category_floor, measurement_settings
-from registry.records import Page
+from registry.records import Page, from_row
 from registry.records_governance import GateResult, ValidateResult, ValidationRecord
 from registry.refs import resolve_deployment, resolve_pair
 from registry.services import jobs as jobs_service
@@ -211,20 +211,7 @@ def evaluate_gates(
 
 
 def to_record(row: Validation, pair_digest: str) -> ValidationRecord:
-    return ValidationRecord(
-        id=row.id,
-        pair_id=row.pair_id,
-        pair_digest=pair_digest,
-        policy_name=row.policy_name,
-        policy_digest=row.policy_digest,
-        measurement_id=row.measurement_id,
-        deployment=row.deployment,
-        gates=[GateResult(**g) for g in row.gates],
-        passed=row.passed,
-        mlflow_run_id=row.mlflow_run_id,
-        actor=row.actor,
-        created_at=row.created_at,
-    )
+    return from_row(ValidationRecord, row, pair_digest=pair_digest)
 
 
 def record_validation(
