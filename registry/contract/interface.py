@@ -127,6 +127,14 @@ class Backend(Protocol):
         """One pair."""
         ...
 
+    def deprecate_pair(self, *, ref: str, reason: Reason) -> PairRecord:
+        """Deprecate a pair (no further promotion)."""
+        ...
+
+    def retire_pair(self, *, ref: str, reason: Reason) -> PairRecord:
+        """Retire a pair for good."""
+        ...
+
     def list_audit_events(
         self,
         *,
@@ -185,7 +193,7 @@ class Backend(Protocol):
         deployment: str | None = ...,
         runner_version: str | None = ...,
         suite_digest: str | None = ...,
-        device: str | None = ...,
+        device: Literal["cpu", "cuda"] | None = ...,
     ) -> ValidateResult:
         """Validate a pair against a policy (202 when a measurement is queued)."""
         ...
@@ -296,6 +304,7 @@ class Backend(Protocol):
         kinds: list[str] | None = ...,
         lease_seconds: LeaseSeconds = ...,
         id: Id | None = ...,
+        runner_version: str | None = ...,
     ) -> JobRecord | None:
         """Claim the oldest claimable job (null when none)."""
         ...
@@ -314,7 +323,15 @@ class Backend(Protocol):
         """Hand back a job's results (written once)."""
         ...
 
-    def fail_job(self, *, id: Id, worker: WorkerName, error: str, retry: bool = ...) -> JobRecord:
+    def fail_job(
+        self,
+        *,
+        id: Id,
+        worker: WorkerName,
+        error: str,
+        retry: bool = ...,
+        integrity: list[VerifyReport] | None = ...,
+    ) -> JobRecord:
         """Record a failed attempt."""
         ...
 

@@ -131,6 +131,25 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(
         pairs.get_pair, "GET", "/v1/pairs/{ref}", roles.READ_REGISTRY, "One pair", "pairs", NF
     ),
+    Operation(
+        pairs.deprecate_pair,
+        "POST",
+        "/v1/pairs/{ref}/deprecate",
+        roles.GOVERN,
+        "Deprecate a pair (no further promotion)",
+        "pairs",
+        errors=NFC,
+        examples=({"reason": "superseded by the EAGLE-3 heads"},),
+    ),
+    Operation(
+        pairs.retire_pair,
+        "POST",
+        "/v1/pairs/{ref}/retire",
+        roles.GOVERN,
+        "Retire a pair for good",
+        "pairs",
+        errors=NFC,
+    ),
     # -- audit log -----------------------------------------------------------------------
     Operation(
         audit_log.list_audit_events,

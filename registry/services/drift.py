@@ -23,18 +23,19 @@ from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from registry import lifecycle
 from registry.audit import append_event, lock_writes
 from registry.drift_stats import drift_test, severity
 from registry.errors import Conflict, InvalidInput, NotFound, PairregError
 from registry.models import Artifact, DriftFlag, Measurement, Pair, Validation, utcnow
 from registry.params import Cursor, Id, Limit, PolicyName, Reason
-from registry.records import Page, VerifyReport
+from registry.records import Page, VerifyReport, from_row
 from registry.records_governance import DriftCheckResult, DriftFlagRecord
 from registry.refs import resolve_pair
 from registry.services import artifacts as artifacts_service
 from registry.services import jobs as jobs_service
 from registry.services.base import operation, page_query
-from registry.services.pairs import create_pair_row, head_fit_errors, set_pair_status
+from registry.services.pairs import create_pair_row, head_fit_errors
 from registry.services.policies import load_policy
 
 FLAG_STATES = ("open", "acknowledged", "resolved")
@@ -42,26 +43,7 @@ FLAG_KINDS = ("drift", "integrity", "workload")
 
 
 def to_record(flag: DriftFlag, pair_digest: str | None) -> DriftFlagRecord:
-    return DriftFlagRecord(
-        id=flag.id,
-        kind=flag.kind,
-        pair_id=flag.pair_id,  # type: ignore[arg-type]
-        pair_digest=pair_digest,
-        artifact_id=flag.artifact_id,
-        baseline_pair_id=flag.baseline_pair_id,
-        baseline_measurement_id=flag.baseline_measurement_id,
-        candidate_measurement_id=flag.candidate_measurement_id,
-        policy_name=flag.policy_name,
-        effects=flag.effects,
-        severity=flag.severity,
-        state=flag.state,  # type: ignore[arg-type]
-        summary=flag.summary,
-        reason=flag.reason,
-        opened_by=flag.opened_by,
-        opened_at=flag.opened_at,
-        closed_by=flag.closed_by,
-        closed_at=flag.closed_at,
-    )
+    return from_row(DriftFlagRecord, flag, pair_digest=pair_digest)
 
 
 def _record(session: Session, flag: DriftFlag) -> DriftFlagRecord:
@@ -270,8 +252,8 @@ def compare_for_drift(
                 "candidate_measurement_id": candidate_measurement.id,
             },
         )
-        set_pair_status(
-            session, candidate, "drifted", actor=actor, reason=f"drift flag {flag.id} opened"
+        lifecycle.apply(
+            session, candidate, "drift_flagged", actor=actor, reason=f"drift flag {flag.id} opened"
         )
     else:
         append_event(
@@ -459,7 +441,7 @@ def _after_close(session: Session, flag: DriftFlag, actor: str) -> None:
         return
     from registry.services.validation import evaluate_gates  # validation imports this module
 
-    status = "registered"
+    event = "flags_cleared"
     val = session.scalar(
         select(Validation)
         .where(Validation.pair_id == pair.id)
@@ -470,8 +452,8 @@ def _after_close(session: Session, flag: DriftFlag, actor: str) -> None:
         m = session.get(Measurement, val.measurement_id)
         pol = load_policy(session, val.policy_name, actor=actor)
         if m is not None and all(g.passed for g in evaluate_gates(session, pair, pol, m)):
-            status = "validated"
-    set_pair_status(session, pair, status, actor=actor, reason=f"flag {flag.id} {flag.state}")
+            event = "flags_cleared_valid"
+    lifecycle.apply(session, pair, event, actor=actor, reason=f"flag {flag.id} {flag.state}")
 
 
 def _close(session: Session, id: int, state: str, reason: str, actor: str) -> DriftFlagRecord:

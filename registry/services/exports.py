@@ -23,10 +23,9 @@ from registry.manifest import hash_file
 from registry.materialize import locate
 from registry.models import Artifact, Pair
 from registry.records_requests import ExportResult, SpeculatorsExport
-from registry.refs import resolve_pair
+from registry.refs import resolve_deployment, resolve_pair
 from registry.services.artifacts import to_record as artifact_record
 from registry.services.base import operation
-from registry.services.requests import _deployment
 
 ENGINES = ("vllm", "sglang")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -59,7 +58,7 @@ def _pinned(art: Artifact, role: str) -> tuple[str, str]:
 
 
 def _live_pair(session: Session, deployment: str) -> Pair:
-    dep = _deployment(session, deployment)
+    dep = resolve_deployment(session, deployment)
     if dep.current_pair_id is None:
         raise InvalidInput(f"deployment {deployment} has no live pair", field="deployment")
     pair = session.get(Pair, dep.current_pair_id)

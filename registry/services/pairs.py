@@ -13,6 +13,7 @@ from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from registry import lifecycle
 from registry.audit import append_event, lock_writes
 from registry.canonical import digest_of
 from registry.errors import InvalidInput
@@ -28,21 +29,19 @@ from registry.methods import (
     Method,
     is_lossy,
 )
-from registry.models import Artifact, Pair, utcnow
-from registry.params import Cursor, Limit
-from registry.records import Page, PairProposal, PairRecord, PairRegisterResult, PairStatus
+from registry.models import Artifact, Pair
+from registry.params import Cursor, Limit, Reason
+from registry.records import (
+    Page,
+    PairProposal,
+    PairRecord,
+    PairRegisterResult,
+    PairStatus,
+    from_row,
+)
 from registry.refs import resolve_artifact, resolve_pair
 from registry.services.artifacts import to_record as artifact_record
 from registry.services.base import operation, page_query
-
-STATUSES: tuple[str, ...] = (
-    "registered",
-    "validated",
-    "promoted",
-    "drifted",
-    "deprecated",
-    "retired",
-)
 
 # Keys `--set` accepts, with their defaults; everything in the digest is listed here.
 COMMON_DEFAULTS: dict[str, Any] = {
@@ -366,19 +365,11 @@ def _speculators_warnings(spec: dict[str, Any], target: Artifact) -> list[str]:
 
 
 def to_record(pair: Pair) -> PairRecord:
-    return PairRecord(
-        id=pair.id,
-        pair_digest=pair.pair_digest,
+    return from_row(
+        PairRecord,
+        pair,
         target=artifact_record(pair.target),
         drafter=artifact_record(pair.drafter) if pair.drafter else None,
-        method=pair.method,  # type: ignore[arg-type]
-        k=pair.k,
-        config=pair.config,
-        lossy=pair.lossy,
-        status=pair.status,  # type: ignore[arg-type]
-        warnings=list(pair.warnings),
-        registered_by=pair.registered_by,
-        registered_at=pair.registered_at,
     )
 
 
@@ -580,8 +571,6 @@ def list_pairs(
     if target:
         stmt = stmt.where(Pair.target_id == resolve_artifact(session, target, field="target").id)
     if status:
-        if status not in STATUSES:
-            raise InvalidInput(f"status must be one of {', '.join(STATUSES)}", field="status")
         stmt = stmt.where(Pair.status == status)
     if method:
         if method not in METHODS:
@@ -591,20 +580,24 @@ def list_pairs(
     return Page[PairRecord](items=[to_record(p) for p in rows], next_cursor=next_cursor)
 
 
-def set_pair_status(session: Session, pair: Pair, status: str, *, actor: str, reason: str) -> None:
-    """Change a pair's status with its audit event (used by governance services)."""
-    if status not in STATUSES:
-        raise InvalidInput(f"status must be one of {', '.join(STATUSES)}", field="status")
-    if pair.status == status:
-        return
-    old = pair.status
-    pair.status = status
-    pair.status_changed_at = utcnow()
-    append_event(
-        session,
-        actor=actor,
-        action="pair.status_changed",
-        entity_type="pair",
-        entity_id=pair.id,
-        payload={"pair_digest": pair.pair_digest, "from": old, "to": status, "reason": reason},
-    )
+def _withdraw(session: Session, ref: str, event: str, reason: str, actor: str) -> PairRecord:
+    reason = reason.strip()
+    if not reason:
+        raise InvalidInput("a reason is required", field="reason")
+    lock_writes(session)
+    pair = resolve_pair(session, ref)
+    lifecycle.apply(session, pair, event, actor=actor, reason=reason)
+    return to_record(pair)
+
+
+@operation
+def deprecate_pair(session: Session, *, ref: str, reason: Reason, actor: str) -> PairRecord:
+    """Withdraw a pair: it stays on record (and in past requests' audits) but can no longer
+    be promoted. A live pair must be moved off every deployment first."""
+    return _withdraw(session, ref, "deprecated", reason, actor)
+
+
+@operation
+def retire_pair(session: Session, *, ref: str, reason: Reason, actor: str) -> PairRecord:
+    """Retire a pair for good (from any status but live)."""
+    return _withdraw(session, ref, "retired", reason, actor)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from registry import lifecycle
 from registry.db import session_scope
 from registry.models import AuditEvent, DriftFlag, Job, Pair
 from registry.services import artifacts, pairs
@@ -72,7 +73,7 @@ def test_target_change_that_no_longer_fits_the_heads_is_an_integrity_finding(
         ).pair  # fmt: skip
         assert pair.warnings == []
         row = s.get(Pair, pair.id)
-        pairs.set_pair_status(s, row, "promoted", actor=ACTOR, reason="test")
+        lifecycle.apply(s, row, "validated", actor=ACTOR, reason="test")
     new = write_fake_model(
         tmp_path / "t2", weights=b"v2", hidden_size=change.get("hidden_size", 64),
         config_extra={**base, **{k: v for k, v in change.items() if k != "hidden_size"}},

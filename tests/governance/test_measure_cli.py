@@ -60,9 +60,9 @@ def test_every_validation_gets_an_mlflow_run(home, cli, tiny, tmp_path: Path, mo
 
     from cli.backend import local_backend
     from registry import jobloop
-    from runner.executor import RunnerExecutor
     from registry.db import session_scope
     from registry.services import validation as val_svc
+    from runner.executor import RunnerExecutor
     from tests.governance.conftest import POLICY
 
     tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
