@@ -175,7 +175,7 @@ def export_serving(
 # --- speculators ------------------------------------------------------------------------
 
 
-@operation
+# Not yet an @operation: its declaration (route, roles, CLI) comes with the contract.
 def export_speculators(
     session: Session,
     *,

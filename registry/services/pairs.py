@@ -453,7 +453,7 @@ def register_pair(
     return PairRegisterResult(pair=to_record(pair), created=created)
 
 
-@operation
+# Not yet an @operation: its declaration (route, roles, CLI) comes with the contract.
 def propose_pair(
     session: Session,
     *,
