@@ -317,7 +317,7 @@ def _build_dynamic(
 # ``value(parent) * A * ((1 - A) * (1 - s))^j`` for the parent's ``j``-th distinct draw, with
 # ``A`` an assumed first-draw acceptance and ``s = sum q^2`` the chance a further draw repeats
 # an earlier one (a repeat adds nothing). Only the parent's ``q`` enters, never the draws.
-ASSUMED_ACCEPTANCE = 0.8
+ASSUMED_ACCEPTANCE = 0.7
 
 
 def _slot_values(base: float, q: torch.Tensor, n: int) -> list[float]:
