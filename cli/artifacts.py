@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import typer
 
 from cli.backend import get_backend
 from cli.render import console, kv, print_json, short, table
-from registry.records import ArtifactRecord, Provenance
+from registry.records import ArtifactRecord, Provenance, Role
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -78,7 +79,7 @@ def add(
     )
     with console.status("hashing…"):
         result = get_backend().add_artifact(
-            source=source, name=name, role=role, provenance=provenance
+            source=source, name=name, role=cast(Role, role), provenance=provenance
         )
     if json_out:
         print_json(result)
@@ -116,7 +117,9 @@ def list_(
     json_out: bool = JSON,
 ) -> None:
     """List artifacts."""
-    page = get_backend().list_artifacts(lineage=lineage, role=role, limit=limit, cursor=cursor)
+    page = get_backend().list_artifacts(
+        lineage=lineage, role=cast(Role | None, role), limit=limit, cursor=cursor
+    )
     if json_out:
         print_json(page)
         return

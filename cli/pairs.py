@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import typer
 
 from cli.backend import get_backend
 from cli.render import console, kv, print_json, short, table
+from registry.lifecycle import PairStatus
+from registry.methods import Method
 from registry.records import PairRecord
 from registry.services.pairs import parse_set_options
 
@@ -55,7 +59,7 @@ def register(
     result = get_backend().register_pair(
         target=target,
         draft=draft,
-        method=method,
+        method=cast(Method, method),  # the backend checks it against the contract
         k=k,
         options=parse_set_options(set_),
         strict=strict,
@@ -93,7 +97,11 @@ def list_(
 ) -> None:
     """List pairs."""
     page = get_backend().list_pairs(
-        target=target, status=status, method=method, limit=limit, cursor=cursor
+        target=target,
+        status=cast(PairStatus | None, status),
+        method=cast(Method | None, method),
+        limit=limit,
+        cursor=cursor,
     )
     if json_out:
         print_json(page)
@@ -118,3 +126,33 @@ def list_(
     )
     if page.next_cursor:
         console.print(f"more: --cursor {page.next_cursor}")
+
+
+def _withdraw(verb: str, ref: str, reason: str, json_out: bool) -> None:
+    backend = get_backend()
+    op = backend.deprecate_pair if verb == "deprecate" else backend.retire_pair
+    pair = op(ref=ref, reason=reason)
+    if json_out:
+        print_json(pair)
+        return
+    console.print(f"pair {pair.pair_digest[:12]} is now {pair.status}")
+
+
+@app.command("deprecate")
+def deprecate(
+    ref: str = typer.Argument(..., help="Pair id or digest prefix."),
+    reason: str = typer.Option(..., "--reason", help="Why (recorded in the audit log)."),
+    json_out: bool = JSON,
+) -> None:
+    """Deprecate a pair: it stays on record but can no longer be promoted."""
+    _withdraw("deprecate", ref, reason, json_out)
+
+
+@app.command("retire")
+def retire(
+    ref: str = typer.Argument(..., help="Pair id or digest prefix."),
+    reason: str = typer.Option(..., "--reason", help="Why (recorded in the audit log)."),
+    json_out: bool = JSON,
+) -> None:
+    """Retire a pair for good (it must not be live anywhere)."""
+    _withdraw("retire", ref, reason, json_out)

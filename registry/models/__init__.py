@@ -11,6 +11,7 @@ from registry.models.governance import (
     Measurement,
     Policy,
     Validation,
+    Worker,
 )
 from registry.models.requests import RequestBatch, RequestId, RequestTag, TelemetrySample
 
@@ -33,5 +34,6 @@ __all__ = [
     "TelemetrySample",
     "UTCDateTime",
     "Validation",
+    "Worker",
     "utcnow",
 ]

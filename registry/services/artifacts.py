@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -24,15 +25,16 @@ from registry.manifest import (
     hub_snapshot_root,
 )
 from registry.models import Artifact, Lineage
+from registry.params import Cursor, Limit
 from registry.records import (
     PROVENANCE_FIELDS,
     ArtifactAddResult,
     ArtifactRecord,
-    ManifestEntry,
     Page,
     Provenance,
     Role,
     VerifyReport,
+    from_row,
 )
 from registry.refs import resolve_artifact
 from registry.services.base import operation, page_query
@@ -172,31 +174,12 @@ def missing_provenance(provenance: dict[str, Any]) -> list[str]:
 
 
 def to_record(art: Artifact, *, with_manifest: bool = False) -> ArtifactRecord:
-    return ArtifactRecord(
-        id=art.id,
-        lineage=art.lineage,
-        version=art.version,
+    return from_row(
+        ArtifactRecord,
+        art,
         ref=f"{art.lineage}@v{art.version}",
-        role=art.role,  # type: ignore[arg-type]
-        source=art.source,
-        source_kind=art.source_kind,  # type: ignore[arg-type]
-        hub_repo=art.hub_repo,
-        hub_revision=art.hub_revision,
-        hub_commit=art.hub_commit,
-        local_path=art.local_path,
-        manifest_digest=art.manifest_digest,
-        signing_root=art.signing_root,
-        total_size=art.total_size,
-        file_count=art.file_count,
-        tokenizer_digest=art.tokenizer_digest,
-        vocab_digest=art.vocab_digest,
-        vocab_size=art.vocab_size,
-        facts=art.facts,
-        provenance=Provenance.model_validate(art.provenance),
         provenance_missing=missing_provenance(art.provenance),
-        registered_by=art.registered_by,
-        registered_at=art.registered_at,
-        manifest=[ManifestEntry(**e) for e in art.manifest] if with_manifest else None,
+        manifest=art.manifest if with_manifest else None,
     )
 
 
@@ -213,8 +196,10 @@ def _check_name(name: str) -> str:
 def add_artifact(
     session: Session,
     *,
-    source: str,
-    name: str,
+    source: Annotated[
+        str, Field(min_length=1, description="Server-local directory or hf://org/repo[@rev].")
+    ],
+    name: Annotated[str, Field(min_length=1, max_length=200, description="Lineage name.")],
     role: Role,
     provenance: Provenance | None = None,
     actor: str,
@@ -368,9 +353,9 @@ def list_artifacts(
     session: Session,
     *,
     lineage: str | None = None,
-    role: str | None = None,
-    cursor: str | None = None,
-    limit: int = 100,
+    role: Role | None = None,
+    cursor: Cursor = None,
+    limit: Limit = 100,
 ) -> Page[ArtifactRecord]:
     stmt = select(Artifact)
     if lineage:
@@ -385,7 +370,13 @@ def list_artifacts(
 
 @operation
 def verify_artifact(
-    session: Session, *, ref: str, path: str | None = None, actor: str = "system"
+    session: Session,
+    *,
+    ref: str,
+    path: Annotated[
+        str | None, Field(description="Directory to check; default its source.")
+    ] = None,
+    actor: str = "system",
 ) -> VerifyReport:
     """Re-hash the artifact's files (its local path, or ``path``) against the manifest."""
     art = resolve_artifact(session, ref)
@@ -413,9 +404,15 @@ def verify_artifact(
         missing=list(diff.missing),
         added=list(diff.added),
     )
+    report_verification(session, art, report, actor)
+    return report
+
+
+def report_verification(session: Session, art: Artifact, report: VerifyReport, actor: str) -> None:
+    """Tell subscribers (governance opens integrity flags) what a re-hash found, whether the
+    server re-hashed (``verify_artifact``) or a worker did before loading the files."""
     for listener in VERIFY_LISTENERS:
         listener(session, art, report, actor)
-    return report
 
 
 # Governance subscribes here (integrity flags) without this module importing it.

@@ -13,13 +13,17 @@ Status rules: the pair made live becomes ``promoted``; the pair it replaces goes
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
+from pydantic import Field
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from registry import lifecycle
 from registry.audit import append_event, lock_writes
 from registry.errors import Conflict, InvalidInput, NotFound
 from registry.models import Deployment, DeploymentEvent, Measurement, Pair, Validation, utcnow
+from registry.params import Cursor, DeploymentName, ExpectVersion, Limit, PolicyName, Reason
 from registry.policy import measurement_settings, settings_digest
 from registry.records import Page
 from registry.records_governance import (
@@ -28,9 +32,8 @@ from registry.records_governance import (
     GateResult,
     PromoteResult,
 )
-from registry.refs import resolve_pair
+from registry.refs import deployment_named, resolve_deployment, resolve_pair
 from registry.services.base import operation, page_query
-from registry.services.pairs import set_pair_status
 from registry.services.policies import load_policy
 from registry.services.validation import baseline_measurement, evaluate_gates
 
@@ -103,19 +106,12 @@ def to_record(session: Session, dep: Deployment, *, with_history: bool = False) 
     )
 
 
-def find_deployment(session: Session, name: str) -> Deployment:
-    dep = session.scalar(select(Deployment).where(Deployment.name == name))
-    if dep is None:
-        raise NotFound(f"no deployment named {name}", field="deployment")
-    return dep
-
-
 def pair_live_at(session: Session, deployment: str, at: datetime) -> Pair | None:
     """The pair deployment ``deployment`` served at instant ``at`` (None before the first
     promotion, or for an unknown deployment). A move takes effect at its event time."""
     if at.tzinfo is None:
         raise InvalidInput("time must carry a timezone", field="at")
-    dep = session.scalar(select(Deployment).where(Deployment.name == deployment))
+    dep = deployment_named(session, deployment)
     if dep is None:
         return None
     ev = session.scalar(
@@ -131,12 +127,12 @@ def pair_live_at(session: Session, deployment: str, at: datetime) -> Pair | None
 
 @operation
 def create_deployment(
-    session: Session, *, name: str, policy: str = "default", actor: str
+    session: Session, *, name: DeploymentName, policy: PolicyName = "default", actor: str
 ) -> DeploymentRecord:
     name = _check_name(name)
     lock_writes(session)
     pol = load_policy(session, policy, actor=actor)
-    if session.scalar(select(Deployment).where(Deployment.name == name)) is not None:
+    if deployment_named(session, name) is not None:
         raise Conflict(f"deployment {name} already exists", field="name")
     dep = Deployment(name=name, policy_name=pol.name, version=0, created_by=actor)
     session.add(dep)
@@ -154,10 +150,10 @@ def create_deployment(
 
 @operation
 def set_deployment_policy(
-    session: Session, *, name: str, policy: str, actor: str
+    session: Session, *, name: str, policy: PolicyName, actor: str
 ) -> DeploymentRecord:
     lock_writes(session)
-    dep = find_deployment(session, name)
+    dep = resolve_deployment(session, name)
     pol = load_policy(session, policy, actor=actor)
     old = dep.policy_name
     dep.policy_name = pol.name
@@ -175,12 +171,12 @@ def set_deployment_policy(
 
 @operation
 def get_deployment(session: Session, *, name: str) -> DeploymentRecord:
-    return to_record(session, find_deployment(session, name), with_history=True)
+    return to_record(session, resolve_deployment(session, name), with_history=True)
 
 
 @operation
 def list_deployments(
-    session: Session, *, cursor: str | None = None, limit: int = 100
+    session: Session, *, cursor: Cursor = None, limit: Limit = 100
 ) -> Page[DeploymentRecord]:
     rows, next_cursor = page_query(session, select(Deployment), Deployment.id, cursor, limit)
     return Page[DeploymentRecord](
@@ -191,7 +187,7 @@ def list_deployments(
 @operation
 def deployment_at(session: Session, *, name: str, at: datetime) -> DeploymentEventRecord | None:
     """The move that was in force on ``name`` at ``at`` (None before the first one)."""
-    dep = find_deployment(session, name)
+    dep = resolve_deployment(session, name)
     if at.tzinfo is None:
         raise InvalidInput("time must carry a timezone", field="at")
     ev = session.scalar(
@@ -248,8 +244,12 @@ def _move(
     )
     session.add(ev)
     session.flush()
-    set_pair_status(
-        session, to_pair, "promoted", actor=actor, reason=f"{action} on deployment {dep.name}"
+    lifecycle.apply(
+        session,
+        to_pair,
+        "rolled_back_to" if action == "rollback" else "promoted",
+        actor=actor,
+        reason=f"{action} on deployment {dep.name}",
     )
     if from_pair_id is not None and from_pair_id != to_pair.id:
         still_live = session.scalar(
@@ -259,8 +259,8 @@ def _move(
         )
         old = session.get(Pair, from_pair_id)
         if old is not None and not still_live and old.status == "promoted":
-            set_pair_status(
-                session, old, "validated", actor=actor, reason=f"replaced on deployment {dep.name}"
+            lifecycle.apply(
+                session, old, "replaced", actor=actor, reason=f"replaced on deployment {dep.name}"
             )
     digests = _digests(session, {from_pair_id, to_pair.id})
     append_event(
@@ -336,18 +336,18 @@ def promotion_gates(
 def promote(
     session: Session,
     *,
-    ref: str,
+    ref: Annotated[str, Field(min_length=1, description="Pair id or digest prefix.")],
     deployment: str,
-    reason: str,
-    create: bool = False,
-    expect_version: int | None = None,
+    reason: Reason,
+    create: Annotated[bool, Field(description="Create the deployment if missing.")] = False,
+    expect_version: ExpectVersion = None,
     actor: str,
 ) -> PromoteResult:
     """Make ``ref`` the live pair of ``deployment`` if every gate passes right now."""
     reason = _check_reason(reason)
     lock_writes(session)
     pair = resolve_pair(session, ref)
-    dep = session.scalar(select(Deployment).where(Deployment.name == deployment).with_for_update())
+    dep = deployment_named(session, deployment, lock=True)
     if dep is None:
         if not create:
             raise NotFound(
@@ -355,7 +355,7 @@ def promote(
                 field="deployment",
             )
         create_deployment(session, name=deployment, actor=actor)
-        dep = find_deployment(session, deployment)
+        dep = resolve_deployment(session, deployment)
     if dep.current_pair_id == pair.id:
         raise Conflict(f"pair {pair.pair_digest[:12]} is already live on {dep.name}", field="ref")
     gates, val, refusals = promotion_gates(session, pair, dep)
@@ -401,8 +401,8 @@ def rollback(
     session: Session,
     *,
     deployment: str,
-    reason: str,
-    expect_version: int | None = None,
+    reason: Reason,
+    expect_version: ExpectVersion = None,
     actor: str,
 ) -> PromoteResult:
     """Return to the pair that was live before the current one.
@@ -412,9 +412,7 @@ def rollback(
     """
     reason = _check_reason(reason)
     lock_writes(session)
-    dep = session.scalar(select(Deployment).where(Deployment.name == deployment).with_for_update())
-    if dep is None:
-        raise NotFound(f"no deployment named {deployment}", field="deployment")
+    dep = resolve_deployment(session, deployment, lock=True)
     stack = live_stack(history(session, dep))
     if len(stack) < 2:
         raise Conflict(

@@ -6,31 +6,26 @@ without any setup and the validation still points at a stored, digested policy r
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from pydantic import Field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from registry.audit import append_event, lock_writes
 from registry.errors import NotFound
 from registry.models import Policy
-from registry.policy import default_policy_text, parse_policy, policy_digest
-from registry.records import Page
+from registry.params import Cursor, Limit
+from registry.policy import DEFAULT_POLICY_NAME, default_policy_text, parse_policy, policy_digest
+from registry.records import Page, from_row
 from registry.records_governance import PolicyPutResult, PolicyRecord
 from registry.services.base import operation, page_query
 
-DEFAULT_POLICY = "default"
+DEFAULT_POLICY = DEFAULT_POLICY_NAME
 
 
 def to_record(row: Policy) -> PolicyRecord:
-    return PolicyRecord(
-        id=row.id,
-        name=row.name,
-        version=row.version,
-        digest=row.digest,
-        toml_text=row.toml_text,
-        parsed=row.parsed,
-        created_by=row.created_by,
-        created_at=row.created_at,
-    )
+    return from_row(PolicyRecord, row)
 
 
 def _store(session: Session, text: str, name: str | None, actor: str) -> tuple[Policy, bool]:
@@ -66,18 +61,27 @@ def _store(session: Session, text: str, name: str | None, actor: str) -> tuple[P
 
 @operation
 def put_policy(
-    session: Session, *, text: str, name: str | None = None, actor: str
+    session: Session,
+    *,
+    text: Annotated[str, Field(min_length=1, max_length=100_000, description="Policy TOML.")],
+    name: Annotated[str | None, Field(description="Store under this name instead.")] = None,
+    actor: str,
 ) -> PolicyPutResult:
     """Store a policy TOML under its ``name`` (or the given one); unchanged text is a no-op."""
     row, created = _store(session, text, name, actor)
     return PolicyPutResult(policy=to_record(row), created=created)
 
 
-def load_policy(session: Session, name: str, *, actor: str = "system") -> Policy:
-    """The policy in force under ``name``; the shipped default is stored on first use."""
-    row = session.scalar(
+def policy_in_force(session: Session, name: str) -> Policy | None:
+    """The newest version stored under ``name`` (None when there is none yet)."""
+    return session.scalar(
         select(Policy).where(Policy.name == name).order_by(Policy.version.desc()).limit(1)
     )
+
+
+def load_policy(session: Session, name: str, *, actor: str = "system") -> Policy:
+    """The policy in force under ``name``; the shipped default is stored on first use."""
+    row = policy_in_force(session, name)
     if row is None and name == DEFAULT_POLICY:
         row, _ = _store(session, default_policy_text(), DEFAULT_POLICY, actor)
     if row is None:
@@ -87,7 +91,11 @@ def load_policy(session: Session, name: str, *, actor: str = "system") -> Policy
 
 @operation
 def get_policy(
-    session: Session, *, name: str, version: int | None = None, actor: str = "system"
+    session: Session,
+    *,
+    name: str,
+    version: Annotated[int | None, Field(ge=1, le=2**31)] = None,
+    actor: str = "system",
 ) -> PolicyRecord:
     if version is None:
         return to_record(load_policy(session, name, actor=actor))
@@ -99,7 +107,7 @@ def get_policy(
 
 @operation
 def list_policies(
-    session: Session, *, name: str | None = None, cursor: str | None = None, limit: int = 100
+    session: Session, *, name: str | None = None, cursor: Cursor = None, limit: Limit = 100
 ) -> Page[PolicyRecord]:
     stmt = select(Policy)
     if name:

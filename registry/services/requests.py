@@ -26,9 +26,9 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 from sqlalchemy import and_, case, func, insert, or_, select, text
 from sqlalchemy.orm import Session
 
@@ -46,6 +46,7 @@ from registry.models import (
     RequestTag,
     Validation,
 )
+from registry.params import Limit, RequestCursor, Timestamp
 from registry.records_requests import (
     MAX_BATCH,
     IngestResult,
@@ -55,7 +56,7 @@ from registry.records_requests import (
     RequestTagRecord,
     TagIn,
 )
-from registry.refs import resolve_pair
+from registry.refs import resolve_deployment, resolve_pair
 from registry.services.artifacts import to_record as artifact_record
 from registry.services.base import check_limit, operation
 from registry.services.pairs import to_record as pair_record
@@ -105,13 +106,6 @@ def load_timelines(session: Session, deployment_ids: Iterable[int]) -> dict[int,
         tl.pair_ids.append(to_pair)
         tl.event_ids.append(event_id)
     return out
-
-
-def _deployment(session: Session, name: str, field: str = "deployment") -> Deployment:
-    dep = session.scalar(select(Deployment).where(Deployment.name == name))
-    if dep is None:
-        raise NotFound(f"no deployment named {name}", field=field)
-    return dep
 
 
 # --- ingest -----------------------------------------------------------------------------
@@ -466,7 +460,6 @@ def load_tag(session: Session, request_id: str) -> tuple[RequestTag, RequestTagR
     return row[0], _to_record(row)
 
 
-@operation
 def get_request_tag(session: Session, *, request_id: str) -> RequestTagRecord:
     return load_tag(session, request_id)[1]
 
@@ -596,13 +589,16 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
 def list_requests(
     session: Session,
     *,
-    pair: str | None = None,
+    pair: Annotated[str | None, Field(description="Pair id or digest prefix.")] = None,
     deployment: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    inconsistent: bool | None = None,
-    cursor: str | None = None,
-    limit: int = 100,
+    since: Timestamp | None = None,
+    until: Timestamp | None = None,
+    inconsistent: Annotated[
+        bool | None,
+        Field(description="true: only tags whose pair was not live on the deployment then."),
+    ] = None,
+    cursor: RequestCursor = None,
+    limit: Limit = 100,
 ) -> RequestPage:
     """Tags in (served_at, request_id) order, with counts over the whole filter."""
     check_limit(limit)
@@ -610,7 +606,7 @@ def list_requests(
     if pair:
         conds.append(RequestTag.pair_id == resolve_pair(session, pair).id)
     if deployment:
-        conds.append(RequestTag.deployment_id == _deployment(session, deployment).id)
+        conds.append(RequestTag.deployment_id == resolve_deployment(session, deployment).id)
     for value, name in ((since, "since"), (until, "until")):
         if value is not None and value.tzinfo is None:
             raise InvalidInput(f"{name} must include a timezone (e.g. Z)", field=name)
