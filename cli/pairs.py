@@ -74,6 +74,32 @@ def register(
         console.print(f"[yellow]warning:[/] {warning}")
 
 
+@app.command("propose")
+def propose(
+    draft: str = typer.Argument(..., help="A speculators-format drafter (artifact reference)."),
+    target: str | None = typer.Option(None, "--target", help="Check against this target."),
+    json_out: bool = JSON,
+) -> None:
+    """The pair a speculators drafter implies (algorithm, tokens, verifier), checked."""
+    p = get_backend().propose_pair(draft=draft, target=target)
+    if json_out:
+        print_json(p)
+        return
+    kv(
+        f"proposal for {p.drafter.ref}",
+        [
+            ("target", p.target.ref if p.target else "none chosen"),
+            ("candidates", ", ".join(p.candidates) or "-"),
+            ("method / k", f"{p.method} / {p.k}"),
+            ("options", p.options),
+            ("verifier", p.verifier),
+            ("errors", "; ".join(p.errors) or "none"),
+            ("warnings", "; ".join(p.warnings) or "none"),
+            ("registrable", p.registrable),
+        ],
+    )
+
+
 @app.command("show")
 def show(
     ref: str = typer.Argument(..., help="Pair id or digest prefix."), json_out: bool = JSON

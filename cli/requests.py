@@ -57,6 +57,37 @@ def export_sglang(
     _export("sglang", deployment, json_out)
 
 
+@export_app.command("speculators")
+def export_speculators(
+    pair: str = typer.Argument(..., help="Pair id or digest prefix (its drafter is exported)."),
+    out_dir: Path = typer.Argument(..., help="Directory to write config.json and weights to."),
+    json_out: bool = JSON,
+) -> None:
+    """The drafter in the speculators format, its verifier pinned to the target's Hub commit
+    and manifest digest (added fields vLLM ignores and pairreg reads back)."""
+    from registry.jobloop import Materialiser
+    from registry.settings import get_settings
+    from registry.speculators import write_export
+
+    backend = get_backend()
+    export = backend.export_speculators(pair=pair)
+    drafter = backend.get_artifact(ref=export.drafter_ref)
+    source = Materialiser(backend, get_settings().cache_dir / "verified").artifact(drafter)
+    written = write_export(
+        export.config,
+        export.files,
+        out_dir,
+        source,
+        [e.model_dump() for e in drafter.manifest or []],
+    )
+    if json_out:
+        print_json({"export": export.model_dump(mode="json"), "written": written})
+        return
+    console.print(
+        f"wrote {len(written)} files to {out_dir} (verifier pinned to {export.target_ref})"
+    )
+
+
 # --- telemetry --------------------------------------------------------------------------
 
 

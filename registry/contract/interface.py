@@ -32,6 +32,7 @@ from registry.records import (
     ChainVerifyResult,
     Checkpoint,
     Page,
+    PairProposal,
     PairRecord,
     PairRegisterResult,
     PairStatus,
@@ -60,6 +61,7 @@ from registry.records_requests import (
     IngestResult,
     RequestAudit,
     RequestPage,
+    SpeculatorsExport,
     TagIn,
     TelemetryResult,
 )
@@ -125,6 +127,14 @@ class Backend(Protocol):
 
     def get_pair(self, *, ref: str) -> PairRecord:
         """One pair."""
+        ...
+
+    def propose_pair(self, *, draft: str, target: str | None = ...) -> PairProposal:
+        """The pair a speculators-format drafter implies, checked against a target."""
+        ...
+
+    def export_speculators(self, *, pair: str) -> SpeculatorsExport:
+        """The pair's drafter as a speculators config.json with its verifier pinned."""
         ...
 
     def deprecate_pair(self, *, ref: str, reason: Reason) -> PairRecord:

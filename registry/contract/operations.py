@@ -132,6 +132,24 @@ OPERATIONS: tuple[Operation, ...] = (
         pairs.get_pair, "GET", "/v1/pairs/{ref}", roles.READ_REGISTRY, "One pair", "pairs", NF
     ),
     Operation(
+        pairs.propose_pair,
+        "GET",
+        "/v1/pairs/proposal",
+        roles.READ_REGISTRY,
+        "The pair a speculators-format drafter implies, checked against a target",
+        "pairs",
+        errors=NF,
+    ),
+    Operation(
+        exports.export_speculators,
+        "GET",
+        "/v1/pairs/{pair}/speculators",
+        roles.READ_REGISTRY,
+        "The pair's drafter as a speculators config.json with its verifier pinned",
+        "pairs",
+        errors=NF,
+    ),
+    Operation(
         pairs.deprecate_pair,
         "POST",
         "/v1/pairs/{ref}/deprecate",

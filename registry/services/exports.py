@@ -176,6 +176,7 @@ def export_serving(
 
 
 # Not yet an @operation: its declaration (route, roles, CLI) comes with the contract.
+@operation
 def export_speculators(
     session: Session,
     *,

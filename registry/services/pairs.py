@@ -454,6 +454,7 @@ def register_pair(
 
 
 # Not yet an @operation: its declaration (route, roles, CLI) comes with the contract.
+@operation
 def propose_pair(
     session: Session,
     *,

@@ -122,6 +122,18 @@ vllm:spec_decode_num_draft_tokens_total{model_name="m",engine="0"} 400
 vllm:spec_decode_num_accepted_tokens_total{model_name="m",engine="0"} 300
 """
 
+# A draft in the speculators format, naming its verifier (by name only, as published).
+SPECULATORS_EAGLE3 = {
+    "speculators_model_type": "eagle3",
+    "speculators_version": "0.1.0",
+    "speculators_config": {
+        "algorithm": "eagle3",
+        "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
+        "default_proposal_method": "greedy",
+        "verifier": {"name_or_path": "acme/t", "architectures": ["LlamaForCausalLM"]},
+    },
+}
+
 RESULT = {
     "categories": {
         "code": {"prompts": 2, "alpha": 0.8, "alpha_ci": [0.7, 0.9], "tau": 3.0},
@@ -143,6 +155,7 @@ def scenario(call: Recorder, models: dict[str, Path]) -> None:
     call("add_artifact", source=str(models["t1"]), name="acme/t", role="target")
     call("add_artifact", source=str(models["d"]), name="acme/d", role="draft")
     call("add_artifact", source=str(models["t2"]), name="acme/t", role="target")
+    call("add_artifact", source=str(models["heads"]), name="acme/h", role="heads")
     call("add_artifact", source="/nonexistent/dir", name="acme/x", role="target")
     call("list_artifacts", role="target")
     call("get_artifact", ref="acme/t@v1")
@@ -213,6 +226,8 @@ def scenario(call: Recorder, models: dict[str, Path]) -> None:
     call("build_bundle", request_id="r-1")
     call("ingest_prometheus", deployment="prod", text=VLLM_METRICS, min_drafted=10)
     call("export_serving", deployment="prod", engine="vllm")
+    call("propose_pair", draft="acme/h@v1")
+    call("export_speculators", pair=pa)
     call("maintain_partitions", ahead=1)
 
     call("deprecate_pair", ref=pb, reason="superseded")
@@ -232,6 +247,9 @@ def models(tmp_path: Path) -> dict[str, Path]:
         "t2": write_fake_model(tmp_path / "models" / "t2", weights=b"t2"),
         "d": write_fake_model(tmp_path / "models" / "d", hidden_size=32, weights=b"d"),
         "d_changed": write_fake_model(tmp_path / "models" / "dx", hidden_size=32, weights=b"x"),
+        "heads": write_fake_model(
+            tmp_path / "models" / "h", weights=b"h", config_extra=SPECULATORS_EAGLE3
+        ),
     }
 
 
