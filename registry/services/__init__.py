@@ -17,6 +17,7 @@ from registry.services import (
     requests,
     telemetry,
     tokens,
+    transparency,
     validation,
     watch,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "requests",
     "telemetry",
     "tokens",
+    "transparency",
     "validation",
     "watch",
 ]
