@@ -33,13 +33,7 @@ def create_app(settings: Settings | None = None, **state: Any) -> FastAPI:
         setattr(app.state, key, value)
     install_problem_handlers(app)
     for module_name in ROUTERS:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue  # an area not built yet
-            raise
-        app.include_router(module.router)
+        app.include_router(importlib.import_module(module_name).router)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

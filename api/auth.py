@@ -12,14 +12,6 @@ from registry.db import session_scope
 from registry.errors import Forbidden, Unauthorized
 from registry.services.tokens import authenticate
 
-ADMIN = frozenset({"admin"})
-READ_REGISTRY = frozenset({"admin", "registrar", "promoter", "auditor", "reader"})
-WRITE_REGISTRY = frozenset({"admin", "registrar"})
-GOVERN = frozenset({"admin", "promoter"})
-INGEST = frozenset({"admin", "ingest"})
-READ_AUDIT = frozenset({"admin", "auditor"})
-VERIFY_ARTIFACT = frozenset({"admin", "registrar", "auditor"})
-
 _bearer = HTTPBearer(auto_error=False, description="A pairreg API token (prt_…).")
 
 

@@ -1,43 +1,13 @@
-"""Query parameters shared by every list route, so each documents them the same way."""
+"""Query-string strictness: unknown or repeated parameters are refused, not ignored."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
-from typing import Annotated, Any, get_args, get_origin
+from typing import Any, get_args, get_origin
 
-from fastapi import Query, Request
-from pydantic import AwareDatetime, BeforeValidator
+from fastapi import Request
 
 from registry.errors import InvalidInput
-
-MAX_LIMIT = 500
-
-
-_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]")
-
-
-def _iso_text_only(value: object) -> object:
-    """Refuse numbers (pydantic's lax mode would read ``0.5`` as a Unix time)."""
-    if isinstance(value, str) and not _ISO_DATE.match(value):
-        raise ValueError("expected an ISO-8601 date-time with a timezone, e.g. 2025-01-31T12:00Z")
-    return value
-
-
-Cursor = Annotated[
-    str | None,
-    Query(
-        max_length=64,
-        pattern=r"^[A-Za-z0-9_-]+$",
-        description="`next_cursor` from the previous page; omit for the first page.",
-    ),
-]
-Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Page size.")]
-Timestamp = Annotated[
-    AwareDatetime | None,
-    BeforeValidator(_iso_text_only),
-    Query(description="ISO-8601 date-time with a timezone, e.g. 2025-01-31T12:00:00Z."),
-]
 
 
 def _query_fields(dependant: Any) -> Iterator[Any]:

@@ -13,6 +13,7 @@ from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.route_index import allowed_methods
+from registry.contract.spec import describe_error
 from registry.errors import PairregError
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
@@ -91,17 +92,18 @@ def install_problem_handlers(app: FastAPI) -> None:
                 # A JSON syntax error's location is a character offset, not a field.
                 "field": "body" if e.get("type") == "json_invalid" else _field_of(e.get("loc", ())),
                 "message": e.get("msg", "invalid"),
+                "detail": describe_error(e, (_field_of(e.get("loc", ())),)),
             }
             for e in exc.errors()
         ]
-        first = errors[0] if errors else {"field": "request", "message": "invalid"}
+        first = errors[0] if errors else {"field": "request", "detail": "request: invalid"}
         return problem_response(
             422,
             "Invalid input",
-            f"{first['field']}: {first['message']}",
+            first["detail"],
             "invalid",
             first["field"],
-            errors,
+            [{"field": e["field"], "message": e["message"]} for e in errors],
         )
 
     @app.exception_handler(StarletteHTTPException)
@@ -131,6 +133,7 @@ def install_problem_handlers(app: FastAPI) -> None:
 
 
 ERROR_CODES = ["401", "403", "404", "409", "422"]
+ALWAYS = ["401", "403", "422"]  # every authenticated operation: no token, wrong role, bad input
 ERROR_DESCRIPTIONS = {
     "401": "Missing, unknown or revoked bearer token",
     "403": "The token's role may not do this",
@@ -146,12 +149,18 @@ def problem_openapi(schema: dict[str, Any]) -> dict[str, Any]:
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     components["Problem"] = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
     ref = {"$ref": "#/components/schemas/Problem"}
+    from registry.contract.operations import BY_NAME
+
     for path, path_item in schema.get("paths", {}).items():
         for op in path_item.values():
             if not isinstance(op, dict) or "responses" not in op:
                 continue
             responses = op["responses"]
-            codes = ERROR_CODES if path.startswith("/v1/") else []
+            declared = BY_NAME.get(op.get("operationId", "").removesuffix("_get"))
+            if declared is not None:
+                codes = sorted({*ALWAYS, *(str(s) for s in declared.error_statuses)})
+            else:
+                codes = ERROR_CODES if path.startswith("/v1/") else []
             if path == "/readyz":
                 codes = ["503"]
             for code in codes:

@@ -4,7 +4,8 @@ It sits in front of vLLM (or any server speaking the OpenAI HTTP API) for one de
 
 * takes the caller's ``x-request-id`` or assigns one, and forwards it upstream;
 * forwards ``/v1/completions`` and ``/v1/chat/completions`` bodies unchanged, streaming
-  included (server-sent events are passed through event by event);
+  included (server-sent events are parsed with ``httpx-sse`` and passed on event by event,
+  re-encoded with ``sse-starlette``);
 * tags the request with the pair live on the deployment, as last read from the registry
   (refreshed every ``refresh_s`` seconds); the registry re-checks that claim at ingest and
   marks the tag inconsistent if that pair was not live at ``served_at``;
@@ -35,6 +36,8 @@ from typing import Any
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from httpx_sse import EventSource
+from sse_starlette import ServerSentEvent
 
 from registry.settings import Settings
 
@@ -110,8 +113,8 @@ def create_proxy_app(
     tagger: Any = None,
 ) -> FastAPI:
     """The proxy app; ``backend`` and ``tagger`` default to the CLI's backend and a Tagger."""
+    from api.backend import get_backend
     from api.tagger import Tagger
-    from cli.backend import get_backend
     from registry.services.system import read_credentials
 
     backend = backend or get_backend(settings)
@@ -211,24 +214,24 @@ def create_proxy_app(
         async def events() -> AsyncIterator[bytes]:
             usage: dict[str, Any] | None = None
             spec: dict[str, Any] | None = None
-            buffer = b""
             completed = False
             try:
-                async for chunk in resp.aiter_bytes():
-                    buffer += chunk
-                    while b"\n\n" in buffer:
-                        event, buffer = buffer.split(b"\n\n", 1)
-                        data = _event_json(event)
-                        if data is not None:
-                            usage = data.get("usage") or usage
-                            spec = _spec_from(data) or spec
-                            if not asked_usage and not data.get("choices") and data.get("usage"):
-                                continue  # the usage event we asked for, not the caller
-                        if event.strip() == b"data: [DONE]":
-                            completed = True
-                        yield event + b"\n\n"
-                if buffer.strip():
-                    yield buffer
+                async for sse in EventSource(resp).aiter_sse():
+                    data = _json_object(sse.data)
+                    if data is not None:
+                        usage = data.get("usage") or usage
+                        spec = _spec_from(data) or spec
+                        if not asked_usage and not data.get("choices") and data.get("usage"):
+                            continue  # the usage event we asked for, not the caller
+                    if sse.data == "[DONE]":
+                        completed = True
+                    yield ServerSentEvent(
+                        data=sse.data,
+                        event=None if sse.event == "message" else sse.event,
+                        id=sse.id or None,
+                        retry=sse.retry,
+                        sep="\n",
+                    ).encode()
             finally:
                 await resp.aclose()
                 if (completed or usage is not None) and not upstream_tagged:
@@ -250,12 +253,11 @@ def _merge(out: dict[str, str], extra: dict[str, str], resp: httpx.Response) -> 
     return headers
 
 
-def _event_json(event: bytes) -> dict[str, Any] | None:
-    lines = [ln[5:].strip() for ln in event.split(b"\n") if ln.startswith(b"data:")]
-    if not lines or lines == [b"[DONE]"]:
+def _json_object(data: str) -> dict[str, Any] | None:
+    if not data or data == "[DONE]":
         return None
     try:
-        data = json.loads(b"\n".join(lines))
+        value = json.loads(data)
     except ValueError:
         return None
-    return data if isinstance(data, dict) else None
+    return value if isinstance(value, dict) else None

@@ -109,9 +109,9 @@ def checkpoint(
 ) -> None:
     """Sign the current head (sequence, chain hash, time) with the Ed25519 audit key."""
     cp = get_backend().create_audit_checkpoint()
-    text = json.dumps(cp, indent=2, sort_keys=True)
+    text = json.dumps(cp.model_dump(mode="json"), indent=2, sort_keys=True)
     if output:
         output.write_text(text + "\n")
-        console.print(f"checkpoint at sequence {cp['seq']} written to {output}")
+        console.print(f"checkpoint at sequence {cp.seq} written to {output}")
     else:
         print(text)

@@ -1,5 +1,5 @@
 """Governance commands: validate, promote, rollback, deployments, policies, jobs, drift,
-watch, plus ``measure`` and ``worker`` (the runner glue lives in cli.measure/cli.worker).
+watch, plus ``measure`` and ``worker`` (wired in cli.measure/cli.worker).
 
 Every command parses, calls one backend operation (embedded or remote), and renders. The
 one exception is ``validate`` in embedded mode: when no stored measurement matches, it runs
@@ -20,7 +20,9 @@ from cli import measure as measure_cli
 from cli import worker as worker_cli
 from cli.backend import get_backend
 from cli.render import console, err_console, kv, print_json, short, table
+from registry.contract.interface import Backend
 from registry.errors import InvalidInput
+from registry.jobloop import record_validation_run
 
 JSON = typer.Option(False, "--json", help="Machine-readable output.")
 
@@ -41,16 +43,16 @@ def _policy_args(policy: str | None) -> tuple[str | None, str | None]:
 
 
 def _local_identity(
-    backend: Any, name: str | None, text: str | None, deployment: str | None
+    backend: Backend, name: str | None, text: str | None, deployment: str | None
 ) -> tuple[str | None, str | None]:
-    """(runner_version, suite_digest) of this machine's runner, embedded mode only."""
+    """(runner_version, suite_digest) of this machine's runner, embedded mode only: there
+    the CLI runs the job itself, so it is the worker whose runner version decides reuse."""
     if backend.mode != "embedded":
         return None, None
-    try:
-        from registry.policy import parse_policy
-        from runner import RUNNER_VERSION, load_suite, suite_digest
-    except ImportError:
-        return None, None
+    from registry.policy import parse_policy
+    from runner import RUNNER_VERSION, suite_digest
+    from runner.executor import suite_prompts
+
     if text is not None:
         parsed = parse_policy(text)
     else:
@@ -58,12 +60,7 @@ def _local_identity(
             name = backend.get_deployment(name=deployment).policy_name
         parsed = backend.get_policy(name=name or "default").parsed
     suite = parsed["suite"]
-    try:
-        prompts = measure_cli.select_prompts(
-            load_suite(suite["name"]), suite["categories"], suite["prompts_per_category"]
-        )
-    except ValueError as exc:
-        raise InvalidInput(f"policy suite: {exc}", field="policy") from exc
+    prompts = suite_prompts(suite["name"], suite["categories"], suite["prompts_per_category"])
     return RUNNER_VERSION, suite_digest(prompts)
 
 
@@ -71,9 +68,7 @@ def _wait_for_job(backend: Any, job: Any, device: str, timeout: float) -> Any:
     deadline = time.monotonic() + timeout
     if backend.mode == "embedded" and job.state == "queued":
         err_console.print(f"measuring (job {job.id}) …")
-        worker_cli.work(
-            backend, worker=worker_cli.worker_name(), device=device, once=True, job_id=job.id
-        )
+        worker_cli.make_worker(backend, device=device).work(once=True, job_id=job.id)
     while True:
         job = backend.get_job(id=job.id)
         if job.state in ("done", "failed"):
@@ -141,7 +136,11 @@ def validate(
     else:
         validation = res.validation
     assert validation is not None
-    validation = measure_cli.record_validation_run(backend, validation)
+    from runner.executor import RunnerExecutor  # torch loads only when a run is logged
+
+    validation = record_validation_run(
+        backend, RunnerExecutor(), validation, lambda m: err_console.print(m, highlight=False)
+    )
     if json_out:
         print_json(validation)
     else:

@@ -118,3 +118,33 @@ def list_(
     )
     if page.next_cursor:
         console.print(f"more: --cursor {page.next_cursor}")
+
+
+def _withdraw(verb: str, ref: str, reason: str, json_out: bool) -> None:
+    backend = get_backend()
+    op = backend.deprecate_pair if verb == "deprecate" else backend.retire_pair
+    pair = op(ref=ref, reason=reason)
+    if json_out:
+        print_json(pair)
+        return
+    console.print(f"pair {pair.pair_digest[:12]} is now {pair.status}")
+
+
+@app.command("deprecate")
+def deprecate(
+    ref: str = typer.Argument(..., help="Pair id or digest prefix."),
+    reason: str = typer.Option(..., "--reason", help="Why (recorded in the audit log)."),
+    json_out: bool = JSON,
+) -> None:
+    """Deprecate a pair: it stays on record but can no longer be promoted."""
+    _withdraw("deprecate", ref, reason, json_out)
+
+
+@app.command("retire")
+def retire(
+    ref: str = typer.Argument(..., help="Pair id or digest prefix."),
+    reason: str = typer.Option(..., "--reason", help="Why (recorded in the audit log)."),
+    json_out: bool = JSON,
+) -> None:
+    """Retire a pair for good (it must not be live anywhere)."""
+    _withdraw("retire", ref, reason, json_out)

@@ -11,11 +11,12 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from registry.lifecycle import PairStatus
+from registry.methods import Method
+
 T = TypeVar("T")
 
 Role = Literal["target", "draft", "heads"]
-Method = Literal["draft_model", "prompt_lookup", "medusa", "eagle", "eagle3", "mtp"]
-PairStatus = Literal["registered", "validated", "promoted", "drifted", "deprecated", "retired"]
 
 PROVENANCE_FIELDS = (
     "publisher",
@@ -177,6 +178,25 @@ class AuditEventRecord(BaseModel):
     payload: dict[str, Any]
     prev_hash: str
     chain_hash: str
+
+
+class Checkpoint(BaseModel):
+    """A signed head: ``{seq, chain_hash, signed_at}`` signed with Ed25519."""
+
+    model_config = ConfigDict(extra="allow")
+
+    seq: int = Field(ge=0)
+    chain_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    signed_at: str = Field(
+        pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$",
+        examples=["2025-01-31T12:00:00.000000Z"],
+    )
+    signature: str = Field(pattern=r"^[A-Za-z0-9+/]{86}==$", description="Base64 Ed25519.")
+    public_key: str = Field(
+        pattern=r"^-----BEGIN PUBLIC KEY-----\n[A-Za-z0-9+/=\n]+-----END PUBLIC KEY-----\n?$",
+        description="PEM SubjectPublicKeyInfo of the signing key.",
+    )
+    algorithm: Literal["ed25519"] = "ed25519"
 
 
 class ChainVerifyResult(BaseModel):

@@ -10,12 +10,14 @@ decoding has tau = 1 exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 
+from registry.methods import TYPICAL_DELTA, TYPICAL_EPSILON
 from runner.drafters import Drafter
 from runner.models import CachedLM
 from runner.sampling import probs_from_logits, speculative_verify, typical_accept
@@ -54,8 +56,8 @@ class DecodeOptions:
     top_k: int | None = None
     top_p: float | None = None
     acceptance: str = "strict"
-    typical_epsilon: float = 0.3
-    typical_delta: float = 0.09
+    typical_epsilon: float = TYPICAL_EPSILON
+    typical_delta: float = TYPICAL_DELTA
     strict_prefix_tokens: int = 0
 
     @property
@@ -94,8 +96,11 @@ class SpeculativeEngine:
         return time.perf_counter()
 
     @torch.inference_mode()
-    def generate(self, prompt_ids: list[int]) -> PromptRun:
+    def generate(self, prompt_ids: list[int], max_new_tokens: int | None = None) -> PromptRun:
+        """Decode one prompt; ``max_new_tokens`` overrides the options' budget (serving)."""
         o = self.options
+        if max_new_tokens is not None:
+            o = dataclasses.replace(o, max_new_tokens=max_new_tokens)
         k = o.k if self.drafter is not None else 0
         run = PromptRun(accepted_per_position=[0] * k, verified_per_position=[0] * k)
         if not prompt_ids:

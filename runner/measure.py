@@ -11,11 +11,9 @@ from typing import Any
 
 import torch
 
-from runner.drafters import DraftModelDrafter, MedusaDrafter, PromptLookupDrafter
-from runner.engine import DecodeOptions, SpeculativeEngine, greedy_decode
-from runner.medusa import load_medusa
-from runner.models import eos_ids, load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
-from runner.sampling import probs_from_logits
+from runner.build import build_engine
+from runner.engine import greedy_decode
+from runner.models import eos_ids, load_causal_lm, load_tokenizer, resolve_device
 from runner.settings import MeasureSettings
 from runner.stats import summarize
 from runner.suites import Prompt
@@ -107,58 +105,8 @@ def measure_pair(
     ignored (``prompt_lookup``, ``none``). ``progress(done, total)`` after each prompt.
     """
     s = settings
-    device = resolve_device(s.device)
-    if s.num_threads:
-        torch.set_num_threads(s.num_threads)
-    tokenizer = load_tokenizer(target_dir)
-    target = load_causal_lm(target_dir, device, s.dtype)
-    eos = eos_ids(target, tokenizer)
-    generator = torch.Generator(device=device)
-    greedy = s.temperature <= 0
-
-    def probs(logits: torch.Tensor) -> torch.Tensor:
-        return probs_from_logits(logits, s.temperature, s.top_k, s.top_p)
-
-    prob_fn = None if greedy else probs
-    drafter: Any = None
-    k = s.k
-    if s.method == "draft_model":
-        if not drafter_dir:
-            raise ValueError("method 'draft_model' needs a drafter directory")
-        draft_model = load_causal_lm(drafter_dir, device, s.dtype)
-        if draft_model.config.vocab_size != target.config.vocab_size:
-            raise ValueError(
-                f"vocab mismatch: target {target.config.vocab_size}, "
-                f"draft {draft_model.config.vocab_size}"
-            )
-        drafter = DraftModelDrafter(draft_model, prob_fn, generator)
-    elif s.method == "medusa":
-        if not drafter_dir:
-            raise ValueError("method 'medusa' needs a heads directory")
-        heads = load_medusa(drafter_dir).to(device=device, dtype=resolve_dtype(s.dtype))
-        if heads.hidden_size != target.config.hidden_size:
-            raise ValueError(
-                f"Medusa hidden size {heads.hidden_size} != target {target.config.hidden_size}"
-            )
-        drafter = MedusaDrafter(heads, prob_fn, generator)
-        k = min(k, heads.num_heads)
-    elif s.method == "prompt_lookup":
-        drafter = PromptLookupDrafter(s.max_ngram, s.min_ngram)
-    else:
-        k = 0
-
-    options = DecodeOptions(
-        k=k,
-        max_new_tokens=s.max_new_tokens,
-        temperature=s.temperature,
-        top_k=s.top_k,
-        top_p=s.top_p,
-        acceptance=s.acceptance,
-        typical_epsilon=s.typical_epsilon,
-        typical_delta=s.typical_delta,
-        strict_prefix_tokens=s.strict_prefix_tokens,
-    )
-    engine = SpeculativeEngine(target, drafter, options, eos, generator)
+    built = build_engine(s, target_dir, drafter_dir)
+    engine, tokenizer, generator, k = built.engine, built.tokenizer, built.generator, built.k
     rows: list[dict[str, Any]] = []
     total = len(prompts)
     for i, p in enumerate(prompts):
@@ -177,7 +125,7 @@ def measure_pair(
         categories=stats["categories"],
         overall=stats["overall"],
         prompts=rows,
-        hardware=hardware_info(device),
+        hardware=hardware_info(built.device),
         suite_digest=suite_digest,
         target_dir=str(target_dir),
         drafter_dir=str(drafter_dir) if drafter_dir else None,

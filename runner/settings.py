@@ -6,8 +6,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-METHODS = ("draft_model", "prompt_lookup", "medusa", "none")
-ACCEPTANCE_RULES = ("strict", "typical")
+from registry.methods import (
+    ACCEPTANCE_RULES,
+    PROMPT_LOOKUP_DEFAULTS,
+    RUNNABLE_METHODS,
+    TYPICAL_DELTA,
+    TYPICAL_EPSILON,
+    canonical_method,
+    is_lossy,
+)
+
+# What the runner executes: the runnable pair methods, plus ``none`` (the plain target,
+# tau = 1, the baseline every speed-up is measured against).
+METHODS = (*RUNNABLE_METHODS, "none")
 
 
 @dataclass
@@ -31,16 +42,15 @@ class MeasureSettings:
     device: str = "auto"
     dtype: str = "float32"
     acceptance: str = "strict"
-    typical_epsilon: float = 0.3
-    typical_delta: float = 0.09
+    typical_epsilon: float = TYPICAL_EPSILON
+    typical_delta: float = TYPICAL_DELTA
     strict_prefix_tokens: int = 0
-    max_ngram: int = 3
-    min_ngram: int = 1
+    max_ngram: int = PROMPT_LOOKUP_DEFAULTS["prompt_lookup_max"]
+    min_ngram: int = PROMPT_LOOKUP_DEFAULTS["prompt_lookup_min"]
     num_threads: int | None = None
 
     def __post_init__(self) -> None:
-        if self.method == "ngram":
-            self.method = "prompt_lookup"
+        self.method = canonical_method(self.method)
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         if self.acceptance not in ACCEPTANCE_RULES:
@@ -58,7 +68,7 @@ class MeasureSettings:
 
     @property
     def lossy(self) -> bool:
-        return self.acceptance != "strict"
+        return is_lossy(self.acceptance)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,12 +1,9 @@
-"""Routers by area; ``api.app`` mounts every module listed in ``ROUTERS`` that exists."""
+"""Routers the app mounts besides the generated operation routes (``api.operations``):
+probes, the dashboard, and the OpenAI-compatible serving endpoints."""
 
 ROUTERS = [
     "api.routes.health",
     "api.routes.dashboard",
-    "api.routes.artifacts",
-    "api.routes.pairs",
-    "api.routes.audit",
-    "api.routes.tokens",
-    "api.routes.governance",
-    "api.routes.requests",
+    "api.operations",
+    "api.routes.serving",
 ]

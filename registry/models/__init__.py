@@ -17,6 +17,7 @@ from registry.models.governance import (
     Measurement,
     Policy,
     Validation,
+    Worker,
 )
 from registry.models.requests import RequestBatch, RequestId, RequestTag, TelemetrySample
 
@@ -42,5 +43,6 @@ __all__ = [
     "TelemetrySample",
     "UTCDateTime",
     "Validation",
+    "Worker",
     "utcnow",
 ]

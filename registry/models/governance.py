@@ -157,6 +157,20 @@ class Job(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 
+class Worker(Base):
+    """A measurement worker as last seen claiming jobs: which runner version it measures
+    with, so a validation reuses only measurements that worker would reproduce."""
+
+    __tablename__ = "workers"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    runner_version: Mapped[str | None] = mapped_column(String(64))
+    device: Mapped[str | None] = mapped_column(String(16))
+    actor: Mapped[str] = mapped_column(String(200))
+    first_seen_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
+
+
 class DriftFlag(Base):
     """A reason not to promote a pair: acceptance drift, changed files, or a workload shift."""
 

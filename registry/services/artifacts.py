@@ -9,8 +9,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -25,6 +26,7 @@ from registry.manifest import (
     hub_snapshot_root,
 )
 from registry.models import Artifact, Lineage
+from registry.params import Cursor, Limit
 from registry.records import (
     PROVENANCE_FIELDS,
     ArtifactAddResult,
@@ -217,8 +219,10 @@ def _check_name(name: str) -> str:
 def add_artifact(
     session: Session,
     *,
-    source: str,
-    name: str,
+    source: Annotated[
+        str, Field(min_length=1, description="Server-local directory or hf://org/repo[@rev].")
+    ],
+    name: Annotated[str, Field(min_length=1, max_length=200, description="Lineage name.")],
     role: Role,
     provenance: Provenance | None = None,
     actor: str,
@@ -457,9 +461,9 @@ def list_artifacts(
     session: Session,
     *,
     lineage: str | None = None,
-    role: str | None = None,
-    cursor: str | None = None,
-    limit: int = 100,
+    role: Role | None = None,
+    cursor: Cursor = None,
+    limit: Limit = 100,
 ) -> Page[ArtifactRecord]:
     stmt = select(Artifact)
     if lineage:
@@ -474,7 +478,13 @@ def list_artifacts(
 
 @operation
 def verify_artifact(
-    session: Session, *, ref: str, path: str | None = None, actor: str = "system"
+    session: Session,
+    *,
+    ref: str,
+    path: Annotated[
+        str | None, Field(description="Directory to check; default its source.")
+    ] = None,
+    actor: str = "system",
 ) -> VerifyReport:
     """Re-hash the artifact's files (its local path, or ``path``) against the manifest."""
     art = resolve_artifact(session, ref)
@@ -502,9 +512,15 @@ def verify_artifact(
         missing=list(diff.missing),
         added=list(diff.added),
     )
+    report_verification(session, art, report, actor)
+    return report
+
+
+def report_verification(session: Session, art: Artifact, report: VerifyReport, actor: str) -> None:
+    """Tell subscribers (governance opens integrity flags) what a re-hash found, whether the
+    server re-hashed (``verify_artifact``) or a worker did before loading the files."""
     for listener in VERIFY_LISTENERS:
         listener(session, art, report, actor)
-    return report
 
 
 # Governance subscribes here (integrity flags) without this module importing it.

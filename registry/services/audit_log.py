@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -13,7 +11,8 @@ from sqlalchemy.orm import Session
 from registry import audit
 from registry.errors import InvalidInput
 from registry.models import AuditEvent
-from registry.records import AuditEventRecord, ChainVerifyResult, Page
+from registry.params import Cursor, Limit, Timestamp
+from registry.records import AuditEventRecord, ChainVerifyResult, Checkpoint, Page
 from registry.services.base import operation, page_query
 from registry.settings import get_settings
 
@@ -40,10 +39,10 @@ def list_audit_events(
     entity_id: str | None = None,
     by_actor: str | None = None,
     action: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    cursor: str | None = None,
-    limit: int = 100,
+    since: Timestamp | None = None,
+    until: Timestamp | None = None,
+    cursor: Cursor = None,
+    limit: Limit = 100,
 ) -> Page[AuditEventRecord]:
     """Events in sequence order. The actor filter is ``by_actor``: a parameter named
     ``actor`` means the caller's identity to every service, and the API and embedded
@@ -72,7 +71,7 @@ def list_audit_events(
 
 @operation
 def verify_audit_chain(
-    session: Session, *, checkpoint: dict[str, Any] | None = None
+    session: Session, *, checkpoint: Checkpoint | None = None
 ) -> ChainVerifyResult:
     """Recompute the chain; with a checkpoint, also prove the log still extends it."""
     report = audit.verify_chain(session)
@@ -85,7 +84,7 @@ def verify_audit_chain(
         reason=report.reason,
     )
     if checkpoint is not None:
-        ok, detail = audit.check_extends_checkpoint(session, checkpoint)
+        ok, detail = audit.check_extends_checkpoint(session, checkpoint.model_dump())
         result.checkpoint_ok = ok
         result.checkpoint_detail = detail
         result.ok = result.ok and ok
@@ -93,9 +92,9 @@ def verify_audit_chain(
 
 
 @operation
-def create_audit_checkpoint(session: Session, *, key_path: str | None = None) -> dict[str, Any]:
+def create_audit_checkpoint(session: Session, *, key_path: str | None = None) -> Checkpoint:
     """Sign the current head with the Ed25519 key kept outside the database."""
     key_path = Path(key_path) if key_path else get_settings().signing_key_path
     if not key_path.exists():
         raise InvalidInput(f"no signing key at {key_path}: run `pairreg init`", field="key")
-    return audit.sign_checkpoint(session, key_path)
+    return Checkpoint.model_validate(audit.sign_checkpoint(session, key_path))

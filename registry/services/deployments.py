@@ -13,13 +13,17 @@ Status rules: the pair made live becomes ``promoted``; the pair it replaces goes
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
+from pydantic import Field
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from registry import lifecycle
 from registry.audit import append_event, lock_writes
 from registry.errors import Conflict, InvalidInput, NotFound
 from registry.models import Deployment, DeploymentEvent, Measurement, Pair, Validation, utcnow
+from registry.params import Cursor, DeploymentName, ExpectVersion, Limit, PolicyName, Reason
 from registry.policy import measurement_settings, settings_digest
 from registry.records import Page
 from registry.records_governance import (
@@ -30,7 +34,6 @@ from registry.records_governance import (
 )
 from registry.refs import resolve_pair
 from registry.services.base import operation, page_query
-from registry.services.pairs import set_pair_status
 from registry.services.policies import load_policy
 from registry.services.validation import baseline_measurement, evaluate_gates
 
@@ -131,7 +134,7 @@ def pair_live_at(session: Session, deployment: str, at: datetime) -> Pair | None
 
 @operation
 def create_deployment(
-    session: Session, *, name: str, policy: str = "default", actor: str
+    session: Session, *, name: DeploymentName, policy: PolicyName = "default", actor: str
 ) -> DeploymentRecord:
     name = _check_name(name)
     lock_writes(session)
@@ -154,7 +157,7 @@ def create_deployment(
 
 @operation
 def set_deployment_policy(
-    session: Session, *, name: str, policy: str, actor: str
+    session: Session, *, name: str, policy: PolicyName, actor: str
 ) -> DeploymentRecord:
     lock_writes(session)
     dep = find_deployment(session, name)
@@ -180,7 +183,7 @@ def get_deployment(session: Session, *, name: str) -> DeploymentRecord:
 
 @operation
 def list_deployments(
-    session: Session, *, cursor: str | None = None, limit: int = 100
+    session: Session, *, cursor: Cursor = None, limit: Limit = 100
 ) -> Page[DeploymentRecord]:
     rows, next_cursor = page_query(session, select(Deployment), Deployment.id, cursor, limit)
     return Page[DeploymentRecord](
@@ -248,8 +251,12 @@ def _move(
     )
     session.add(ev)
     session.flush()
-    set_pair_status(
-        session, to_pair, "promoted", actor=actor, reason=f"{action} on deployment {dep.name}"
+    lifecycle.apply(
+        session,
+        to_pair,
+        "rolled_back_to" if action == "rollback" else "promoted",
+        actor=actor,
+        reason=f"{action} on deployment {dep.name}",
     )
     if from_pair_id is not None and from_pair_id != to_pair.id:
         still_live = session.scalar(
@@ -259,8 +266,8 @@ def _move(
         )
         old = session.get(Pair, from_pair_id)
         if old is not None and not still_live and old.status == "promoted":
-            set_pair_status(
-                session, old, "validated", actor=actor, reason=f"replaced on deployment {dep.name}"
+            lifecycle.apply(
+                session, old, "replaced", actor=actor, reason=f"replaced on deployment {dep.name}"
             )
     digests = _digests(session, {from_pair_id, to_pair.id})
     append_event(
@@ -336,11 +343,11 @@ def promotion_gates(
 def promote(
     session: Session,
     *,
-    ref: str,
+    ref: Annotated[str, Field(min_length=1, description="Pair id or digest prefix.")],
     deployment: str,
-    reason: str,
-    create: bool = False,
-    expect_version: int | None = None,
+    reason: Reason,
+    create: Annotated[bool, Field(description="Create the deployment if missing.")] = False,
+    expect_version: ExpectVersion = None,
     actor: str,
 ) -> PromoteResult:
     """Make ``ref`` the live pair of ``deployment`` if every gate passes right now."""
@@ -401,8 +408,8 @@ def rollback(
     session: Session,
     *,
     deployment: str,
-    reason: str,
-    expect_version: int | None = None,
+    reason: Reason,
+    expect_version: ExpectVersion = None,
     actor: str,
 ) -> PromoteResult:
     """Return to the pair that was live before the current one.

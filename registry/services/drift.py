@@ -17,22 +17,25 @@ returns it to ``validated`` when its latest validation's gates now pass, else ``
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from registry import lifecycle
 from registry.audit import append_event, lock_writes
 from registry.drift_stats import drift_test, severity
 from registry.errors import Conflict, InvalidInput, NotFound, PairregError
 from registry.models import Artifact, DriftFlag, Measurement, Pair, Validation, utcnow
+from registry.params import Cursor, Id, Limit, PolicyName, Reason
 from registry.records import Page, VerifyReport
 from registry.records_governance import DriftCheckResult, DriftFlagRecord
 from registry.refs import resolve_pair
 from registry.services import artifacts as artifacts_service
 from registry.services import jobs as jobs_service
 from registry.services.base import operation, page_query
-from registry.services.pairs import create_pair_row, set_pair_status
+from registry.services.pairs import create_pair_row
 from registry.services.policies import load_policy
 
 FLAG_STATES = ("open", "acknowledged", "resolved")
@@ -224,8 +227,8 @@ def compare_for_drift(
                 "candidate_measurement_id": candidate_measurement.id,
             },
         )
-        set_pair_status(
-            session, candidate, "drifted", actor=actor, reason=f"drift flag {flag.id} opened"
+        lifecycle.apply(
+            session, candidate, "drift_flagged", actor=actor, reason=f"drift flag {flag.id} opened"
         )
     else:
         append_event(
@@ -256,10 +259,10 @@ def compare_for_drift(
 def check_drift(
     session: Session,
     *,
-    candidate: str,
-    baseline_measurement: int,
-    candidate_measurement: int,
-    policy: str = "default",
+    candidate: Annotated[str, Field(min_length=1, description="Pair id or digest prefix.")],
+    baseline_measurement: Id,
+    candidate_measurement: Id,
+    policy: PolicyName = "default",
     actor: str,
 ) -> DriftCheckResult:
     """Compare two stored measurements by hand (same comparison the worker runs)."""
@@ -369,8 +372,8 @@ def list_flags(
     state: str | None = None,
     kind: str | None = None,
     pair: str | None = None,
-    cursor: str | None = None,
-    limit: int = 100,
+    cursor: Cursor = None,
+    limit: Limit = 100,
 ) -> Page[DriftFlagRecord]:
     stmt = select(DriftFlag)
     if state:
@@ -395,7 +398,7 @@ def _flag(session: Session, id: int) -> DriftFlag:
 
 
 @operation
-def get_flag(session: Session, *, id: int) -> DriftFlagRecord:
+def get_flag(session: Session, *, id: Id) -> DriftFlagRecord:
     return _record(session, _flag(session, id))
 
 
@@ -413,7 +416,7 @@ def _after_close(session: Session, flag: DriftFlag, actor: str) -> None:
         return
     from registry.services.validation import evaluate_gates  # validation imports this module
 
-    status = "registered"
+    event = "flags_cleared"
     val = session.scalar(
         select(Validation)
         .where(Validation.pair_id == pair.id)
@@ -424,8 +427,8 @@ def _after_close(session: Session, flag: DriftFlag, actor: str) -> None:
         m = session.get(Measurement, val.measurement_id)
         pol = load_policy(session, val.policy_name, actor=actor)
         if m is not None and all(g.passed for g in evaluate_gates(session, pair, pol, m)):
-            status = "validated"
-    set_pair_status(session, pair, status, actor=actor, reason=f"flag {flag.id} {flag.state}")
+            event = "flags_cleared_valid"
+    lifecycle.apply(session, pair, event, actor=actor, reason=f"flag {flag.id} {flag.state}")
 
 
 def _close(session: Session, id: int, state: str, reason: str, actor: str) -> DriftFlagRecord:
@@ -462,13 +465,13 @@ def _close(session: Session, id: int, state: str, reason: str, actor: str) -> Dr
 
 
 @operation
-def ack_flag(session: Session, *, id: int, reason: str, actor: str) -> DriftFlagRecord:
+def ack_flag(session: Session, *, id: Id, reason: Reason, actor: str) -> DriftFlagRecord:
     """Accept an open flag with a reason: it no longer blocks promotion."""
     return _close(session, id, "acknowledged", reason, actor)
 
 
 @operation
-def resolve_flag(session: Session, *, id: int, reason: str, actor: str) -> DriftFlagRecord:
+def resolve_flag(session: Session, *, id: Id, reason: Reason, actor: str) -> DriftFlagRecord:
     """Close a flag because its cause is fixed (e.g. a retrained drafter was validated)."""
     return _close(session, id, "resolved", reason, actor)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy.orm import Session
 
@@ -113,7 +113,9 @@ def sglang_args(pair: Pair, deployment: str) -> list[str]:
 
 
 @operation
-def export_serving(session: Session, *, deployment: str, engine: str) -> ExportResult:
+def export_serving(
+    session: Session, *, deployment: str, engine: Literal["vllm", "sglang"]
+) -> ExportResult:
     """The engine's launch arguments for the pair live on ``deployment`` now."""
     if engine not in ENGINES:
         raise InvalidInput(f"engine must be one of {', '.join(ENGINES)}", field="engine")

@@ -13,17 +13,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Annotated, Any, Literal
 
+from pydantic import Field
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from registry.audit import append_event, lock_writes
 from registry.canonical import digest_of
 from registry.errors import Conflict, InvalidInput, NotFound
-from registry.models import Job, utcnow
-from registry.records import Page
+from registry.models import Artifact, Job, Worker, utcnow
+from registry.params import Cursor, Id, LeaseSeconds, Limit, WorkerName
+from registry.records import Page, VerifyReport
 from registry.records_governance import JobRecord
+from registry.services.artifacts import report_verification
 from registry.services.base import operation, page_query
 
 JOB_STATES = ("queued", "running", "done", "failed")
@@ -126,21 +129,28 @@ def _claimable(now):  # type: ignore[no-untyped-def]
 def claim_job(
     session: Session,
     *,
-    worker: str,
-    device: str | None = None,
+    worker: WorkerName,
+    device: Literal["cpu", "cuda"] | None = None,
     kinds: list[str] | None = None,
-    lease_seconds: int = DEFAULT_LEASE_S,
-    id: int | None = None,
+    lease_seconds: LeaseSeconds = DEFAULT_LEASE_S,
+    id: Annotated[Id | None, Field(description="Claim this job only.")] = None,
+    runner_version: Annotated[
+        str | None,
+        Field(max_length=64, description="The runner version this worker measures with."),
+    ] = None,
     actor: str,
 ) -> JobRecord | None:
     """Take the oldest claimable job (queued, or running with an expired lease), or None.
 
     ``id`` claims that job only (the CLI runs the job it just queued), if it is claimable.
+    Every claim also records the worker as seen, with its runner version: validations reuse
+    only measurements the workers that will measure would reproduce.
     """
     if not worker:
         raise InvalidInput("worker must name the worker", field="worker")
     if not 1 <= lease_seconds <= 3600:
         raise InvalidInput("lease_seconds must be from 1 to 3600", field="lease_seconds")
+    seen_worker(session, worker, runner_version=runner_version, device=device, actor=actor)
     while True:
         now = utcnow()
         stmt = select(Job).where(_claimable(now))
@@ -184,6 +194,53 @@ def claim_job(
         return to_record(job)
 
 
+# A worker that has not claimed for this long is not expected to measure the next job.
+LIVE_WORKER_S = 600
+
+
+def seen_worker(
+    session: Session, name: str, *, runner_version: str | None, device: str | None, actor: str
+) -> None:
+    """Record that ``name`` is polling for work (no audit event: this is liveness, not a
+    change of anything governed)."""
+    now = utcnow()
+    row = session.get(Worker, name)
+    if row is None:
+        session.add(
+            Worker(
+                name=name,
+                runner_version=runner_version,
+                device=device,
+                actor=actor,
+                first_seen_at=now,
+                last_seen_at=now,
+            )
+        )
+    else:
+        row.last_seen_at = now
+        row.actor = actor
+        if runner_version is not None:
+            row.runner_version = runner_version
+        if device is not None:
+            row.device = device
+    session.flush()
+
+
+def measuring_runner_versions(session: Session, device: str | None) -> list[str]:
+    """Runner versions of the workers that would take a job for ``device`` now: those seen
+    within ``LIVE_WORKER_S``; if none is live, the version of the worker seen last (the one
+    most likely to come back). Empty when no worker ever reported a version."""
+    stmt = select(Worker).where(Worker.runner_version.is_not(None))
+    if device:
+        stmt = stmt.where(or_(Worker.device.is_(None), Worker.device == device))
+    rows = list(session.scalars(stmt.order_by(Worker.last_seen_at.desc())))
+    if not rows:
+        return []
+    cutoff = utcnow() - timedelta(seconds=LIVE_WORKER_S)
+    live = sorted({r.runner_version for r in rows if r.last_seen_at >= cutoff and r.runner_version})
+    return live or [str(rows[0].runner_version)]
+
+
 def _locked_job(session: Session, job_id: int) -> Job:
     """Lock the job row, then the registry write lock: the same order a claim takes them
     (row first, from SKIP LOCKED), so a claimer and a completer cannot deadlock."""
@@ -209,7 +266,7 @@ def _check_lease(job: Job, worker: str) -> None:
 
 @operation
 def renew_lease(
-    session: Session, *, id: int, worker: str, lease_seconds: int = DEFAULT_LEASE_S
+    session: Session, *, id: Id, worker: WorkerName, lease_seconds: LeaseSeconds = DEFAULT_LEASE_S
 ) -> JobRecord:
     job = _locked_job(session, id)
     _check_lease(job, worker)
@@ -220,7 +277,7 @@ def renew_lease(
 
 @operation
 def complete_job(
-    session: Session, *, id: int, worker: str, result: dict[str, Any], actor: str
+    session: Session, *, id: Id, worker: WorkerName, result: dict[str, Any], actor: str
 ) -> JobRecord:
     """Write a job's results once: a done job is returned unchanged, a lost lease refused."""
     job = _locked_job(session, id)
@@ -268,13 +325,39 @@ def _finish_failed(session: Session, job: Job, error: str, actor: str) -> None:
 
 @operation
 def fail_job(
-    session: Session, *, id: int, worker: str, error: str, retry: bool = True, actor: str
+    session: Session,
+    *,
+    id: Id,
+    worker: WorkerName,
+    error: Annotated[str, Field(min_length=1, max_length=20_000)],
+    retry: bool = True,
+    integrity: Annotated[
+        list[VerifyReport] | None,
+        Field(
+            max_length=8,
+            description="Artifacts whose files differed from their manifest on the worker.",
+        ),
+    ] = None,
+    actor: str,
 ) -> JobRecord:
-    """Record a failed attempt: back to the queue while attempts remain, else ``failed``."""
+    """Record a failed attempt: back to the queue while attempts remain, else ``failed``.
+
+    ``integrity`` reports files on the worker that differ from their registered manifest:
+    each opens an integrity flag on its artifact (which blocks its pairs' promotion).
+    """
     job = _locked_job(session, id)
     if job.state == "done":
         return to_record(job)
     _check_lease(job, worker)
+    for report in integrity or []:
+        art = session.get(Artifact, report.artifact_id)
+        if art is None or art.manifest_digest != report.manifest_digest:
+            raise InvalidInput(
+                f"integrity report names artifact {report.artifact_id} with manifest "
+                f"{report.manifest_digest[:12]}, which is not registered",
+                field="integrity",
+            )
+        report_verification(session, art, report, actor)
     if retry and job.attempts < job.max_attempts:
         job.state = "queued"
         job.error = error[:4000]
@@ -295,7 +378,7 @@ def fail_job(
 
 
 @operation
-def get_job(session: Session, *, id: int) -> JobRecord:
+def get_job(session: Session, *, id: Id) -> JobRecord:
     job = session.get(Job, id)
     if job is None:
         raise NotFound(f"no job with id {id}", field="id")
@@ -308,8 +391,8 @@ def list_jobs(
     *,
     state: str | None = None,
     kind: str | None = None,
-    cursor: str | None = None,
-    limit: int = 100,
+    cursor: Cursor = None,
+    limit: Limit = 100,
 ) -> Page[JobRecord]:
     stmt = select(Job)
     if state:

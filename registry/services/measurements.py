@@ -8,14 +8,16 @@ changed suite or runner is never mistaken for the old one.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from registry.audit import append_event, lock_writes
 from registry.errors import InvalidInput, NotFound
 from registry.models import Measurement, Pair
+from registry.params import Cursor, Id, Limit
 from registry.policy import settings_digest
 from registry.records import Page
 from registry.records_governance import MeasurementRecord
@@ -156,14 +158,14 @@ def insert_measurement(
 def store_measurement(
     session: Session,
     *,
-    pair: str,
-    suite_name: str,
-    suite_digest: str,
+    pair: Annotated[str, Field(min_length=1, description="Pair id or digest prefix.")],
+    suite_name: Annotated[str, Field(min_length=1, max_length=200)],
+    suite_digest: Annotated[str, Field(min_length=1, max_length=64)],
     settings: dict[str, Any],
-    runner_version: str,
+    runner_version: Annotated[str, Field(min_length=1, max_length=64)],
     result: dict[str, Any],
-    mlflow_run_id: str | None = None,
-    device: str | None = None,
+    mlflow_run_id: Annotated[str | None, Field(max_length=64)] = None,
+    device: Annotated[str | None, Field(max_length=64)] = None,
     actor: str,
 ) -> MeasurementRecord:
     """Record a measurement taken outside a job (``pairreg measure``)."""
@@ -191,9 +193,10 @@ def find_reusable(
     suite_name: str,
     settings: dict[str, Any],
     suite_digest: str | None,
-    runner_version: str | None,
+    runner_versions: list[str],
 ) -> Measurement | None:
-    """The newest stored measurement that answers exactly this request, if any."""
+    """The newest stored measurement that answers exactly this request, taken by one of
+    ``runner_versions``, if any."""
     stmt = select(Measurement).where(
         Measurement.pair_id == pair.id,
         Measurement.suite_name == suite_name,
@@ -201,13 +204,12 @@ def find_reusable(
     )
     if suite_digest:
         stmt = stmt.where(Measurement.suite_digest == suite_digest)
-    if runner_version:
-        stmt = stmt.where(Measurement.runner_version == runner_version)
+    stmt = stmt.where(Measurement.runner_version.in_(runner_versions))
     return session.scalar(stmt.order_by(Measurement.id.desc()).limit(1))
 
 
 @operation
-def get_measurement(session: Session, *, id: int, prompts: bool = True) -> MeasurementRecord:
+def get_measurement(session: Session, *, id: Id, prompts: bool = True) -> MeasurementRecord:
     row = session.get(Measurement, id)
     if row is None:
         raise NotFound(f"no measurement with id {id}", field="id")
@@ -218,7 +220,7 @@ def get_measurement(session: Session, *, id: int, prompts: bool = True) -> Measu
 
 @operation
 def list_measurements(
-    session: Session, *, pair: str | None = None, cursor: str | None = None, limit: int = 100
+    session: Session, *, pair: str | None = None, cursor: Cursor = None, limit: Limit = 100
 ) -> Page[MeasurementRecord]:
     stmt = select(Measurement)
     if pair:

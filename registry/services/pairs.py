@@ -7,31 +7,31 @@ manifest digest or null, "config": normalised config}))``.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from registry import lifecycle
 from registry.audit import append_event, lock_writes
 from registry.canonical import digest_of
 from registry.errors import InvalidInput
-from registry.models import Artifact, Pair, utcnow
-from registry.records import Method, Page, PairRecord, PairRegisterResult, PairStatus
+from registry.methods import (
+    ACCEPTANCE_RULES,
+    DTYPES,
+    METHODS,
+    PROMPT_LOOKUP_DEFAULTS,
+    TYPICAL_DEFAULTS,
+    Method,
+    is_lossy,
+)
+from registry.models import Artifact, Pair
+from registry.params import Cursor, Limit, Reason
+from registry.records import Page, PairRecord, PairRegisterResult, PairStatus
 from registry.refs import resolve_artifact, resolve_pair
 from registry.services.artifacts import to_record as artifact_record
 from registry.services.base import operation, page_query
-
-METHODS: tuple[str, ...] = ("draft_model", "prompt_lookup", "medusa", "eagle", "eagle3", "mtp")
-HEAD_METHODS = ("medusa", "eagle", "eagle3", "mtp")
-STATUSES: tuple[str, ...] = (
-    "registered",
-    "validated",
-    "promoted",
-    "drifted",
-    "deprecated",
-    "retired",
-)
-ACCEPTANCE_RULES = ("strict", "typical")
 
 # Keys `--set` accepts, with their defaults; everything in the digest is listed here.
 COMMON_DEFAULTS: dict[str, Any] = {
@@ -40,17 +40,11 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "engine": "pairreg",
     "engine_version": "1",
 }
-TYPICAL_DEFAULTS: dict[str, Any] = {
-    "typical_epsilon": 0.09,
-    "typical_delta": 0.3,
-    "strict_prefix_tokens": 0,
-}
 METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
-    "prompt_lookup": {"prompt_lookup_max": 3, "prompt_lookup_min": 1},
+    "prompt_lookup": dict(PROMPT_LOOKUP_DEFAULTS),
     "eagle": {"tree": None},
     "eagle3": {"tree": None},
 }
-DTYPES = ("float32", "float16", "bfloat16")
 
 
 TEXT_KEYS = frozenset({"acceptance", "dtype", "engine", "engine_version"})
@@ -254,7 +248,7 @@ def create_pair_row(
         method=method,
         k=config["num_speculative_tokens"],
         config=config,
-        lossy=config["acceptance"] != "strict",
+        lossy=is_lossy(config["acceptance"]),
         status="registered",
         warnings=warnings,
         registered_by=actor,
@@ -283,12 +277,14 @@ def create_pair_row(
 def register_pair(
     session: Session,
     *,
-    target: str,
-    draft: str | None = None,
+    target: Annotated[str, Field(min_length=1, description="Target artifact reference.")],
+    draft: Annotated[str | None, Field(description="Drafter artifact reference.")] = None,
     method: Method,
-    k: int,
-    options: dict[str, Any] | None = None,
-    strict: bool = False,
+    k: Annotated[int, Field(ge=1, le=64, description="num_speculative_tokens")],
+    options: Annotated[
+        dict[str, Any] | None, Field(description="Config keys (see docs/registry.md).")
+    ] = None,
+    strict: Annotated[bool, Field(description="Compatibility warnings become errors.")] = False,
     actor: str,
 ) -> PairRegisterResult:
     """Register target + drafter + config; the same digest again returns the existing pair."""
@@ -312,16 +308,14 @@ def list_pairs(
     *,
     target: str | None = None,
     status: PairStatus | None = None,
-    method: str | None = None,
-    cursor: str | None = None,
-    limit: int = 100,
+    method: Method | None = None,
+    cursor: Cursor = None,
+    limit: Limit = 100,
 ) -> Page[PairRecord]:
     stmt = select(Pair)
     if target:
         stmt = stmt.where(Pair.target_id == resolve_artifact(session, target, field="target").id)
     if status:
-        if status not in STATUSES:
-            raise InvalidInput(f"status must be one of {', '.join(STATUSES)}", field="status")
         stmt = stmt.where(Pair.status == status)
     if method:
         if method not in METHODS:
@@ -331,20 +325,24 @@ def list_pairs(
     return Page[PairRecord](items=[to_record(p) for p in rows], next_cursor=next_cursor)
 
 
-def set_pair_status(session: Session, pair: Pair, status: str, *, actor: str, reason: str) -> None:
-    """Change a pair's status with its audit event (used by governance services)."""
-    if status not in STATUSES:
-        raise InvalidInput(f"status must be one of {', '.join(STATUSES)}", field="status")
-    if pair.status == status:
-        return
-    old = pair.status
-    pair.status = status
-    pair.status_changed_at = utcnow()
-    append_event(
-        session,
-        actor=actor,
-        action="pair.status_changed",
-        entity_type="pair",
-        entity_id=pair.id,
-        payload={"pair_digest": pair.pair_digest, "from": old, "to": status, "reason": reason},
-    )
+def _withdraw(session: Session, ref: str, event: str, reason: str, actor: str) -> PairRecord:
+    reason = reason.strip()
+    if not reason:
+        raise InvalidInput("a reason is required", field="reason")
+    lock_writes(session)
+    pair = resolve_pair(session, ref)
+    lifecycle.apply(session, pair, event, actor=actor, reason=reason)
+    return to_record(pair)
+
+
+@operation
+def deprecate_pair(session: Session, *, ref: str, reason: Reason, actor: str) -> PairRecord:
+    """Withdraw a pair: it stays on record (and in past requests' audits) but can no longer
+    be promoted. A live pair must be moved off every deployment first."""
+    return _withdraw(session, ref, "deprecated", reason, actor)
+
+
+@operation
+def retire_pair(session: Session, *, ref: str, reason: Reason, actor: str) -> PairRecord:
+    """Retire a pair for good (from any status but live)."""
+    return _withdraw(session, ref, "retired", reason, actor)

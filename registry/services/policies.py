@@ -6,12 +6,16 @@ without any setup and the validation still points at a stored, digested policy r
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from pydantic import Field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from registry.audit import append_event, lock_writes
 from registry.errors import NotFound
 from registry.models import Policy
+from registry.params import Cursor, Limit
 from registry.policy import default_policy_text, parse_policy, policy_digest
 from registry.records import Page
 from registry.records_governance import PolicyPutResult, PolicyRecord
@@ -66,7 +70,11 @@ def _store(session: Session, text: str, name: str | None, actor: str) -> tuple[P
 
 @operation
 def put_policy(
-    session: Session, *, text: str, name: str | None = None, actor: str
+    session: Session,
+    *,
+    text: Annotated[str, Field(min_length=1, max_length=100_000, description="Policy TOML.")],
+    name: Annotated[str | None, Field(description="Store under this name instead.")] = None,
+    actor: str,
 ) -> PolicyPutResult:
     """Store a policy TOML under its ``name`` (or the given one); unchanged text is a no-op."""
     row, created = _store(session, text, name, actor)
@@ -87,7 +95,11 @@ def load_policy(session: Session, name: str, *, actor: str = "system") -> Policy
 
 @operation
 def get_policy(
-    session: Session, *, name: str, version: int | None = None, actor: str = "system"
+    session: Session,
+    *,
+    name: str,
+    version: Annotated[int | None, Field(ge=1, le=2**31)] = None,
+    actor: str = "system",
 ) -> PolicyRecord:
     if version is None:
         return to_record(load_policy(session, name, actor=actor))
@@ -99,7 +111,7 @@ def get_policy(
 
 @operation
 def list_policies(
-    session: Session, *, name: str | None = None, cursor: str | None = None, limit: int = 100
+    session: Session, *, name: str | None = None, cursor: Cursor = None, limit: Limit = 100
 ) -> Page[PolicyRecord]:
     stmt = select(Policy)
     if name:

@@ -26,9 +26,9 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 from sqlalchemy import and_, case, func, insert, or_, select, text
 from sqlalchemy.orm import Session
 
@@ -46,6 +46,7 @@ from registry.models import (
     RequestTag,
     Validation,
 )
+from registry.params import Limit, RequestCursor, Timestamp
 from registry.records_requests import (
     MAX_BATCH,
     IngestResult,
@@ -466,7 +467,6 @@ def load_tag(session: Session, request_id: str) -> tuple[RequestTag, RequestTagR
     return row[0], _to_record(row)
 
 
-@operation
 def get_request_tag(session: Session, *, request_id: str) -> RequestTagRecord:
     return load_tag(session, request_id)[1]
 
@@ -596,13 +596,16 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
 def list_requests(
     session: Session,
     *,
-    pair: str | None = None,
+    pair: Annotated[str | None, Field(description="Pair id or digest prefix.")] = None,
     deployment: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    inconsistent: bool | None = None,
-    cursor: str | None = None,
-    limit: int = 100,
+    since: Timestamp | None = None,
+    until: Timestamp | None = None,
+    inconsistent: Annotated[
+        bool | None,
+        Field(description="true: only tags whose pair was not live on the deployment then."),
+    ] = None,
+    cursor: RequestCursor = None,
+    limit: Limit = 100,
 ) -> RequestPage:
     """Tags in (served_at, request_id) order, with counts over the whole filter."""
     check_limit(limit)

@@ -20,8 +20,9 @@ pair's weights did not change; the traffic did.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import Field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -147,10 +148,12 @@ def _margin(session: Session, policy_name: str) -> float:
 def ingest_prometheus(
     session: Session,
     *,
-    deployment: str,
-    text: str,
-    source: str = "push",
-    min_drafted: int = DEFAULT_MIN_DRAFTED,
+    deployment: Annotated[str, Field(description="The deployment the scraped engine serves.")],
+    text: Annotated[str, Field(description="Prometheus text exposition.")],
+    source: Annotated[str, Field(max_length=500, description="Where the text came from.")] = "push",
+    min_drafted: Annotated[
+        int, Field(ge=1, le=2**40, description="Draft tokens needed before flagging.")
+    ] = DEFAULT_MIN_DRAFTED,
     actor: str,
 ) -> TelemetryResult:
     """Store one scrape, update online acceptance, flag workload drift past the margin."""

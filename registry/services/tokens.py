@@ -6,17 +6,20 @@ import hashlib
 import hmac
 import re
 import secrets
+from typing import Annotated
 
+from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from registry.audit import append_event, lock_writes
 from registry.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from registry.models import ApiToken, utcnow
+from registry.params import Cursor, Limit
 from registry.records import Page, TokenCreated, TokenRecord
+from registry.roles import ROLES, TokenRole
 from registry.services.base import operation, page_query
 
-ROLES = ("admin", "registrar", "promoter", "ingest", "auditor", "reader")
 TOKEN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 _NAME = re.compile(TOKEN_NAME_PATTERN)
 TOKEN_PREFIX = "prt_"
@@ -39,7 +42,19 @@ def to_record(tok: ApiToken) -> TokenRecord:
 
 
 @operation
-def create_token(session: Session, *, name: str, role: str, actor: str) -> TokenCreated:
+def create_token(
+    session: Session,
+    *,
+    name: Annotated[
+        str,
+        Field(
+            pattern=TOKEN_NAME_PATTERN,
+            description="Unique; letters, digits, '.', '_' or '-'; starts with a letter or digit.",
+        ),
+    ],
+    role: TokenRole,
+    actor: str,
+) -> TokenCreated:
     """Mint 32 random bytes; only the SHA-256 of the secret is stored."""
     if not _NAME.match(name or ""):
         raise InvalidInput(
@@ -68,7 +83,7 @@ def create_token(session: Session, *, name: str, role: str, actor: str) -> Token
 
 @operation
 def list_tokens(
-    session: Session, *, cursor: str | None = None, limit: int = 100
+    session: Session, *, cursor: Cursor = None, limit: Limit = 100
 ) -> Page[TokenRecord]:
     rows, next_cursor = page_query(session, select(ApiToken), ApiToken.id, cursor, limit)
     return Page[TokenRecord](items=[to_record(t) for t in rows], next_cursor=next_cursor)

@@ -20,15 +20,18 @@ the gates as they stand at that moment (a flag opened since validation blocks it
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
+from pydantic import Field
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
+from registry import lifecycle
 from registry.audit import append_event
 from registry.errors import InvalidInput, NotFound
 from registry.model_signature import signer_refusal
 from registry.models import Deployment, DriftFlag, Job, Measurement, Pair, Policy, Validation
+from registry.params import Cursor, Id, Limit
 from registry.policy import category_floor, measurement_settings
 from registry.records import Page
 from registry.records_governance import GateResult, ValidateResult, ValidationRecord
@@ -36,7 +39,6 @@ from registry.refs import resolve_pair
 from registry.services import jobs as jobs_service
 from registry.services.base import operation, page_query
 from registry.services.measurements import find_reusable, insert_measurement
-from registry.services.pairs import set_pair_status
 from registry.services.policies import _store as store_policy
 from registry.services.policies import load_policy
 
@@ -301,8 +303,8 @@ def record_validation(
             "failed_gates": [g.name for g in gates if not g.passed],
         },
     )
-    if passed and pair.status in ("registered", "drifted"):
-        set_pair_status(
+    if passed and lifecycle.allowed(pair.status, "validated"):
+        lifecycle.apply(
             session,
             pair,
             "validated",
@@ -370,12 +372,24 @@ def validate_pair(
     session: Session,
     *,
     ref: str,
-    policy: str | None = None,
-    policy_text: str | None = None,
+    policy: Annotated[
+        str | None, Field(description="Policy name (default: the deployment's, else `default`).")
+    ] = None,
+    policy_text: Annotated[
+        str | None, Field(max_length=100_000, description="A policy TOML to store and use.")
+    ] = None,
     deployment: str | None = None,
-    runner_version: str | None = None,
-    suite_digest: str | None = None,
-    device: str | None = None,
+    runner_version: Annotated[
+        str | None,
+        Field(
+            max_length=64,
+            description="The caller measures itself with this runner version (embedded CLI).",
+        ),
+    ] = None,
+    suite_digest: Annotated[str | None, Field(max_length=64)] = None,
+    device: Annotated[
+        Literal["cpu", "cuda"] | None, Field(description="Only a worker on this device measures.")
+    ] = None,
     actor: str,
 ) -> ValidateResult:
     """Validate now from a matching stored measurement, or queue the measurement job.
@@ -397,13 +411,22 @@ def validate_pair(
             field="policy",
         )
     settings = measurement_settings(pair.config, pol.parsed["suite"])
-    m = find_reusable(
-        session,
-        pair,
-        suite_name=pol.parsed["suite"]["name"],
-        settings=settings,
-        suite_digest=suite_digest,
-        runner_version=runner_version,
+    versions = (
+        [runner_version]
+        if runner_version
+        else jobs_service.measuring_runner_versions(session, device)
+    )
+    m = (
+        find_reusable(
+            session,
+            pair,
+            suite_name=pol.parsed["suite"]["name"],
+            settings=settings,
+            suite_digest=suite_digest,
+            runner_versions=versions,
+        )
+        if versions
+        else None
     )
     if m is not None:
         val = record_validation(session, pair, pol, m, deployment=dep, actor=actor)
@@ -483,7 +506,7 @@ jobs_service.COMPLETION_HANDLERS["measure"] = _complete_measure
 
 
 @operation
-def get_validation(session: Session, *, id: int) -> ValidationRecord:
+def get_validation(session: Session, *, id: Id) -> ValidationRecord:
     row = session.get(Validation, id)
     if row is None:
         raise NotFound(f"no validation with id {id}", field="id")
@@ -494,7 +517,11 @@ def get_validation(session: Session, *, id: int) -> ValidationRecord:
 
 @operation
 def set_validation_run(
-    session: Session, *, id: int, mlflow_run_id: str, actor: str
+    session: Session,
+    *,
+    id: Id,
+    mlflow_run_id: Annotated[str, Field(min_length=1, max_length=64)],
+    actor: str,
 ) -> ValidationRecord:
     """Attach the MLflow run the CLI/worker logged for a validation (once)."""
     row = session.get(Validation, id)
@@ -525,8 +552,8 @@ def list_validations(
     pair: str | None = None,
     policy: str | None = None,
     without_mlflow_run: bool = False,
-    cursor: str | None = None,
-    limit: int = 100,
+    cursor: Cursor = None,
+    limit: Limit = 100,
 ) -> Page[ValidationRecord]:
     stmt = select(Validation)
     if without_mlflow_run:  # workers attach runs to validations nobody logged yet

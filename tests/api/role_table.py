@@ -5,7 +5,9 @@ entry here that no longer exists), so adding a route means adding its line. Role
 from the issue: ``admin`` everything; ``registrar`` artifacts and pairs; ``promoter``
 validate, promote, rollback, acknowledge drift; ``ingest`` request tags only; ``auditor``
 read everything including audit and requests; ``reader`` read the registry, not requests
-or audit. The sets are spelled out rather than imported from ``api.auth`` so that a
+or audit; ``worker`` the job protocol (claim, renew, complete, fail), the Hub watch and
+storing measurements. The sets are spelled out rather than imported from
+``registry.roles`` so that a
 change there shows up as a failing test, not as a silently widened permission.
 """
 
@@ -19,7 +21,8 @@ WRITE_REGISTRY = frozenset({"admin", "registrar"})
 VERIFY_ARTIFACT = frozenset({"admin", "registrar", "auditor"})
 GOVERN = frozenset({"admin", "promoter"})
 VALIDATE = frozenset({"admin", "registrar", "promoter"})  # validation / measurement jobs
-WORKERS = frozenset({"admin", "registrar", "promoter"})  # measurement workers
+MEASURE = frozenset({"admin", "registrar", "promoter", "worker"})  # store a measurement
+WORKERS = frozenset({"admin", "worker"})  # the job protocol and the Hub watch
 INGEST = frozenset({"admin", "ingest"})
 READ_AUDIT = frozenset({"admin", "auditor"})
 
@@ -43,6 +46,8 @@ ROLE_TABLE: dict[tuple[str, str], frozenset[str]] = {
     ("POST", "/v1/pairs"): WRITE_REGISTRY,
     ("GET", "/v1/pairs"): READ_REGISTRY,
     ("GET", "/v1/pairs/{ref}"): READ_REGISTRY,
+    ("POST", "/v1/pairs/{ref}/deprecate"): GOVERN,
+    ("POST", "/v1/pairs/{ref}/retire"): GOVERN,
     # audit log
     ("GET", "/v1/audit/events"): READ_AUDIT,
     ("GET", "/v1/audit/verify"): READ_AUDIT,
@@ -53,7 +58,7 @@ ROLE_TABLE: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/v1/tokens"): ADMIN_ONLY,
     ("DELETE", "/v1/tokens/{name}"): ADMIN_ONLY,
     # governance: measurements, jobs, drift, watch
-    ("POST", "/v1/measurements"): WORKERS,
+    ("POST", "/v1/measurements"): MEASURE,
     ("GET", "/v1/measurements"): READ_REGISTRY,
     ("GET", "/v1/measurements/{id}"): READ_REGISTRY,
     ("GET", "/v1/jobs"): READ_REGISTRY,
@@ -80,8 +85,8 @@ ROLE_TABLE: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/v1/deployments"): READ_REGISTRY,
     ("GET", "/v1/deployments/{name}"): READ_REGISTRY,
     ("GET", "/v1/deployments/{name}/at"): READ_REGISTRY,
-    ("POST", "/v1/deployments/{name}/promote"): GOVERN,
-    ("POST", "/v1/deployments/{name}/rollback"): GOVERN,
+    ("POST", "/v1/deployments/{deployment}/promote"): GOVERN,
+    ("POST", "/v1/deployments/{deployment}/rollback"): GOVERN,
     ("PUT", "/v1/deployments/{name}/policy"): GOVERN,
     # request tags and serving
     ("POST", "/v1/requests"): INGEST,

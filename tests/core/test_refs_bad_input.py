@@ -176,7 +176,7 @@ def test_bad_options_exit_2_and_write_nothing(
         ),
         (
             ("pair", "register", "--target", "acme/t@v1", "--method", "prompt_lookup", "--k", "0"),
-            "k (num_speculative_tokens)",
+            "k must be at least 1",
         ),
         (
             (

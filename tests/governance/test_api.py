@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from api.client import PairregClient
-from cli.worker import work
+from cli.worker import make_worker
 from registry.errors import Conflict
 from tests.api.conftest import api  # noqa: F401 - re-exported pytest fixture
 from tests.governance.conftest import POLICY
@@ -32,7 +32,7 @@ def test_remote_validate_promote_flow(api, tiny, no_mlflow) -> None:  # type: ig
 
     res = c.validate_pair(ref=pair.pair_digest, deployment="prod")
     assert res.state == "queued" and res.job is not None
-    assert work(c, worker="remote-w", once=True) == 1
+    assert make_worker(c, name="remote-w").work(once=True) == 1
     job = c.get_job(id=res.job.id)
     assert job.state == "done" and job.result and job.result["passed"] is True
     res = c.validate_pair(ref=pair.pair_digest, deployment="prod")

@@ -158,9 +158,9 @@ def test_noop_change_raises_no_flag(home, cli, tiny, tmp_path, no_mlflow) -> Non
 
 def test_false_flag_rate_with_sampling(tiny) -> None:  # type: ignore[no-untyped-def]
     """Unchanged pair sampled at temperature 1 with different seeds (bounded run)."""
-    from cli.measure import select_prompts
     from registry.drift_stats import drift_test
     from runner import MeasureSettings, load_suite, measure_pair
+    from runner.executor import select_prompts
 
     prompts = select_prompts(load_suite("default"), ["code", "creative"], 8)
     runs = []

@@ -58,10 +58,11 @@ def test_measure_stores_and_logs(home, cli, tiny, tmp_path: Path, monkeypatch) -
 def test_every_validation_gets_an_mlflow_run(home, cli, tiny, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import mlflow
 
-    from cli import worker as worker_cli
-    from cli.backend import LocalBackend
+    from cli.backend import local_backend
+    from registry import jobloop
     from registry.db import session_scope
     from registry.services import validation as val_svc
+    from runner.executor import RunnerExecutor
     from tests.governance.conftest import POLICY
 
     tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -90,10 +91,10 @@ def test_every_validation_gets_an_mlflow_run(home, cli, tiny, tmp_path: Path, mo
     with session_scope(home.db_url) as s:
         made = val_svc.validate_pair(s, ref=digest, policy="tiny", actor="token:api")
     assert made.state == "done" and made.validation.mlflow_run_id is None
-    monkeypatch.setattr(worker_cli, "SWEEP_AFTER_S", 0.0)
-    backend = LocalBackend(home)
-    assert worker_cli.sweep_validation_runs(backend) == 1
+    monkeypatch.setattr(jobloop, "SWEEP_AFTER_S", 0.0)
+    backend = local_backend(home)
+    assert jobloop.sweep_validation_runs(backend, RunnerExecutor()) == 1
     swept = backend.get_validation(id=made.validation.id)
     assert swept.mlflow_run_id and swept.mlflow_run_id != first.json()["mlflow_run_id"]
     assert client.get_run(swept.mlflow_run_id).data.params["pair_digest"] == digest
-    assert worker_cli.sweep_validation_runs(backend) == 0  # nothing left without a run
+    assert jobloop.sweep_validation_runs(backend, RunnerExecutor()) == 0  # none left

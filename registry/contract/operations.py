@@ -1,0 +1,534 @@
+"""Every operation of the registry, declared once.
+
+Each entry names its service (where the rule lives and whose typed signature is the input
+and output), its HTTP route, the roles it admits and the errors it may answer. Routes, the
+remote client, the embedded backend and the typed interface all follow from this list; to
+add an operation, write its service and one entry here (then run
+``python -m registry.contract.generate`` to refresh the typed interface), plus its CLI
+rendering.
+"""
+
+from __future__ import annotations
+
+from registry import roles
+from registry.contract.spec import CallContext, Operation
+from registry.errors import Conflict, InvalidInput, NotFound, SchemaOutOfDate
+from registry.records import Checkpoint
+from registry.services import (
+    artifacts,
+    audit_log,
+    bundles,
+    deployments,
+    drift,
+    exports,
+    jobs,
+    measurements,
+    pairs,
+    policies,
+    requests,
+    telemetry,
+    tokens,
+    validation,
+    watch,
+)
+
+NF = (InvalidInput, NotFound)
+NFC = (InvalidInput, NotFound, Conflict)
+
+
+def _signing_key(ctx: CallContext) -> str:
+    """The process's own audit key (never a path a client names)."""
+    return str(ctx.settings.signing_key_path)
+
+
+def _hash_workers(ctx: CallContext) -> int | None:
+    return ctx.settings.hash_workers
+
+
+def _nothing_new(attr: str):  # -> Callable[[Any], bool]
+    return lambda result: not getattr(result, attr)
+
+
+OPERATIONS: tuple[Operation, ...] = (
+    # -- artifacts -----------------------------------------------------------------------
+    Operation(
+        artifacts.add_artifact,
+        "POST",
+        "/v1/artifacts",
+        roles.WRITE_REGISTRY,
+        "Register an artifact (idempotent by content)",
+        "artifacts",
+        errors=NFC,
+        status=201,
+        unchanged=(_nothing_new("created"), 200, "Identical content existed"),
+        context={"hash_workers": _hash_workers},
+        examples=(
+            {
+                "source": "hf://acme/chat-8b@main",
+                "name": "acme/chat-8b",
+                "role": "target",
+                "provenance": {"publisher": "acme", "license": "apache-2.0"},
+            },
+        ),
+    ),
+    Operation(
+        artifacts.list_artifacts,
+        "GET",
+        "/v1/artifacts",
+        roles.READ_REGISTRY,
+        "List artifacts",
+        "artifacts",
+        errors=NF,
+    ),
+    Operation(
+        artifacts.verify_artifact,
+        "POST",
+        "/v1/artifacts/{ref:path}/verify",
+        roles.VERIFY_ARTIFACT,
+        "Re-hash and compare with the manifest",
+        "artifacts",
+        errors=NF,
+    ),
+    Operation(
+        artifacts.get_artifact,
+        "GET",
+        "/v1/artifacts/{ref:path}",
+        roles.READ_REGISTRY,
+        "One artifact with its manifest",
+        "artifacts",
+        errors=NF,
+    ),
+    # -- pairs ---------------------------------------------------------------------------
+    Operation(
+        pairs.register_pair,
+        "POST",
+        "/v1/pairs",
+        roles.WRITE_REGISTRY,
+        "Register a pair (idempotent by digest)",
+        "pairs",
+        errors=NFC,
+        status=201,
+        unchanged=(_nothing_new("created"), 200, "The pair existed"),
+        examples=(
+            {
+                "target": "acme/chat-8b@v1",
+                "draft": "acme/chat-draft@latest",
+                "method": "draft_model",
+                "k": 4,
+                "options": {"acceptance": "strict"},
+            },
+        ),
+    ),
+    Operation(
+        pairs.list_pairs,
+        "GET",
+        "/v1/pairs",
+        roles.READ_REGISTRY,
+        "List pairs",
+        "pairs",
+        errors=NF,
+    ),
+    Operation(
+        pairs.get_pair, "GET", "/v1/pairs/{ref}", roles.READ_REGISTRY, "One pair", "pairs", NF
+    ),
+    Operation(
+        pairs.deprecate_pair,
+        "POST",
+        "/v1/pairs/{ref}/deprecate",
+        roles.GOVERN,
+        "Deprecate a pair (no further promotion)",
+        "pairs",
+        errors=NFC,
+        examples=({"reason": "superseded by the EAGLE-3 heads"},),
+    ),
+    Operation(
+        pairs.retire_pair,
+        "POST",
+        "/v1/pairs/{ref}/retire",
+        roles.GOVERN,
+        "Retire a pair for good",
+        "pairs",
+        errors=NFC,
+    ),
+    # -- audit log -----------------------------------------------------------------------
+    Operation(
+        audit_log.list_audit_events,
+        "GET",
+        "/v1/audit/events",
+        roles.READ_AUDIT,
+        "List audit events",
+        "audit",
+        errors=(InvalidInput,),
+        wire_names={"by_actor": "actor"},
+    ),
+    Operation(
+        audit_log.verify_audit_chain,
+        "POST",
+        "/v1/audit/verify",
+        roles.READ_AUDIT,
+        "Recompute the hash chain (and check it extends a checkpoint)",
+        "audit",
+        errors=(InvalidInput,),
+        also_get=True,
+    ),
+    Operation(
+        audit_log.create_audit_checkpoint,
+        "POST",
+        "/v1/audit/checkpoint",
+        roles.READ_AUDIT,
+        "Sign the current head",
+        "audit",
+        errors=(InvalidInput,),
+        context={"key_path": _signing_key},
+        response_model=Checkpoint,
+    ),
+    # -- tokens --------------------------------------------------------------------------
+    Operation(
+        tokens.create_token,
+        "POST",
+        "/v1/tokens",
+        roles.ADMIN,
+        "Create a token (its secret is shown once)",
+        "tokens",
+        errors=(InvalidInput, Conflict),
+        status=201,
+        examples=({"name": "ci-ingest", "role": "ingest"},),
+    ),
+    Operation(tokens.list_tokens, "GET", "/v1/tokens", roles.ADMIN, "List tokens", "tokens", NF),
+    Operation(
+        tokens.revoke_token,
+        "DELETE",
+        "/v1/tokens/{name}",
+        roles.ADMIN,
+        "Revoke a token",
+        "tokens",
+        errors=NFC,
+    ),
+    # -- policies ------------------------------------------------------------------------
+    Operation(
+        policies.put_policy,
+        "POST",
+        "/v1/policies",
+        roles.GOVERN,
+        "Store a policy (a new version when changed)",
+        "policies",
+        errors=(InvalidInput,),
+        status=201,
+        unchanged=(_nothing_new("created"), 200, "Unchanged"),
+        examples=({"text": 'name = "strict"\n[alpha]\nmin_overall = 0.6\n'},),
+    ),
+    Operation(
+        policies.list_policies,
+        "GET",
+        "/v1/policies",
+        roles.READ_REGISTRY,
+        "List policies",
+        "policies",
+        errors=NF,
+    ),
+    Operation(
+        policies.get_policy,
+        "GET",
+        "/v1/policies/{name}",
+        roles.READ_REGISTRY,
+        "Show a policy",
+        "policies",
+        errors=NF,
+    ),
+    # -- validation ----------------------------------------------------------------------
+    Operation(
+        validation.validate_pair,
+        "POST",
+        "/v1/pairs/{ref}/validate",
+        roles.VALIDATE,
+        "Validate a pair against a policy (202 when a measurement is queued)",
+        "validation",
+        errors=NFC,
+        unchanged=(lambda r: r.state == "queued", 202, "Measurement queued"),
+        examples=({"policy": "default", "deployment": "chat-prod"},),
+    ),
+    Operation(
+        validation.list_validations,
+        "GET",
+        "/v1/validations",
+        roles.READ_REGISTRY,
+        "List validations",
+        "validation",
+        errors=NF,
+    ),
+    Operation(
+        validation.get_validation,
+        "GET",
+        "/v1/validations/{id}",
+        roles.READ_REGISTRY,
+        "Show a validation and its gates",
+        "validation",
+        errors=NF,
+    ),
+    Operation(
+        validation.set_validation_run,
+        "POST",
+        "/v1/validations/{id}/mlflow-run",
+        roles.VALIDATE,
+        "Attach the MLflow run logged for a validation",
+        "validation",
+        errors=NFC,
+    ),
+    # -- deployments ---------------------------------------------------------------------
+    Operation(
+        deployments.create_deployment,
+        "POST",
+        "/v1/deployments",
+        roles.GOVERN,
+        "Create a deployment",
+        "deployments",
+        errors=NFC,
+        status=201,
+        examples=({"name": "chat-prod", "policy": "default"},),
+    ),
+    Operation(
+        deployments.list_deployments,
+        "GET",
+        "/v1/deployments",
+        roles.READ_REGISTRY,
+        "List deployments",
+        "deployments",
+        errors=NF,
+    ),
+    Operation(
+        deployments.get_deployment,
+        "GET",
+        "/v1/deployments/{name}",
+        roles.READ_REGISTRY,
+        "A deployment, its live pair and full history",
+        "deployments",
+        errors=NF,
+    ),
+    Operation(
+        deployments.deployment_at,
+        "GET",
+        "/v1/deployments/{name}/at",
+        roles.READ_REGISTRY,
+        "The move in force at a time (which pair served then)",
+        "deployments",
+        errors=NF,
+        wire_names={"at": "time"},
+    ),
+    Operation(
+        deployments.promote,
+        "POST",
+        "/v1/deployments/{deployment}/promote",
+        roles.GOVERN,
+        "Promote a pair (gates re-checked in the transaction)",
+        "deployments",
+        errors=NFC,
+        wire_names={"ref": "pair"},
+        examples=({"pair": "3f2a9c1b7d4e", "reason": "passed canary", "expect_version": 4},),
+    ),
+    Operation(
+        deployments.rollback,
+        "POST",
+        "/v1/deployments/{deployment}/rollback",
+        roles.GOVERN,
+        "Return to the previous pair",
+        "deployments",
+        errors=NFC,
+        examples=({"reason": "acceptance fell in production"},),
+    ),
+    Operation(
+        deployments.set_deployment_policy,
+        "PUT",
+        "/v1/deployments/{name}/policy",
+        roles.GOVERN,
+        "Change the policy a deployment enforces",
+        "deployments",
+        errors=NFC,
+    ),
+    # -- measurements --------------------------------------------------------------------
+    Operation(
+        measurements.store_measurement,
+        "POST",
+        "/v1/measurements",
+        roles.MEASURE,
+        "Store a measurement taken by `pairreg measure`",
+        "measurements",
+        errors=NF,
+        status=201,
+    ),
+    Operation(
+        measurements.list_measurements,
+        "GET",
+        "/v1/measurements",
+        roles.READ_REGISTRY,
+        "List measurements (without per-prompt rows)",
+        "measurements",
+        errors=NF,
+    ),
+    Operation(
+        measurements.get_measurement,
+        "GET",
+        "/v1/measurements/{id}",
+        roles.READ_REGISTRY,
+        "A measurement with its per-prompt counters",
+        "measurements",
+        errors=NF,
+    ),
+    # -- jobs: the worker protocol -------------------------------------------------------
+    Operation(jobs.list_jobs, "GET", "/v1/jobs", roles.READ_REGISTRY, "List jobs", "jobs", NF),
+    Operation(
+        jobs.claim_job,
+        "POST",
+        "/v1/jobs/claim",
+        roles.WORKERS,
+        "Claim the oldest claimable job (null when none)",
+        "jobs",
+        errors=NFC,
+        examples=({"worker": "gpu-box-1:4242", "device": "cuda", "lease_seconds": 60},),
+    ),
+    Operation(jobs.get_job, "GET", "/v1/jobs/{id}", roles.READ_REGISTRY, "Show a job", "jobs", NF),
+    Operation(
+        jobs.renew_lease,
+        "POST",
+        "/v1/jobs/{id}/renew",
+        roles.WORKERS,
+        "Renew a job's lease",
+        "jobs",
+        errors=NFC,
+    ),
+    Operation(
+        jobs.complete_job,
+        "POST",
+        "/v1/jobs/{id}/complete",
+        roles.WORKERS,
+        "Hand back a job's results (written once)",
+        "jobs",
+        errors=NFC,
+    ),
+    Operation(
+        jobs.fail_job,
+        "POST",
+        "/v1/jobs/{id}/fail",
+        roles.WORKERS,
+        "Record a failed attempt",
+        "jobs",
+        errors=NFC,
+    ),
+    # -- drift ---------------------------------------------------------------------------
+    Operation(drift.list_flags, "GET", "/v1/drift", roles.READ_REGISTRY, "List flags", "drift", NF),
+    Operation(
+        drift.check_drift,
+        "POST",
+        "/v1/drift/check",
+        roles.GOVERN,
+        "Compare two stored measurements for drift",
+        "drift",
+        errors=NFC,
+    ),
+    Operation(
+        drift.get_flag, "GET", "/v1/drift/{id}", roles.READ_REGISTRY, "Show a flag", "drift", NF
+    ),
+    Operation(
+        drift.ack_flag,
+        "POST",
+        "/v1/drift/{id}/ack",
+        roles.GOVERN,
+        "Acknowledge a flag with a reason (unblocks promotion)",
+        "drift",
+        errors=NFC,
+        examples=({"reason": "expected: v2 was tuned for prose; code traffic is small"},),
+    ),
+    Operation(
+        drift.resolve_flag,
+        "POST",
+        "/v1/drift/{id}/resolve",
+        roles.GOVERN,
+        "Resolve a flag",
+        "drift",
+        errors=NFC,
+    ),
+    Operation(
+        watch.watch,
+        "POST",
+        "/v1/watch",
+        roles.WORKERS,
+        "Poll watched Hub branches once",
+        "drift",
+        errors=NF,
+    ),
+    # -- request tags, audits, telemetry, exports ----------------------------------------
+    Operation(
+        requests.ingest_requests,
+        "POST",
+        "/v1/requests",
+        roles.INGEST,
+        "Ingest a batch of request tags (idempotent by request id)",
+        "requests",
+        errors=NFC,
+        status=201,
+        unchanged=(lambda r: r.stored == 0, 200, "Nothing new: every tag existed"),
+    ),
+    Operation(
+        requests.list_requests,
+        "GET",
+        "/v1/requests",
+        roles.READ_AUDIT,
+        "List request tags",
+        "requests",
+        errors=NF,
+    ),
+    Operation(
+        requests.audit_request,
+        "GET",
+        "/v1/requests/{request_id}",
+        roles.READ_AUDIT,
+        "Which pair served this request, with everything needed to reconstruct it",
+        "requests",
+        errors=NF,
+    ),
+    Operation(
+        bundles.build_bundle,
+        "GET",
+        "/v1/requests/{request_id}/bundle",
+        roles.READ_AUDIT,
+        "A self-contained, offline-verifiable audit bundle for one request",
+        "requests",
+        errors=NF,
+        context={"key_path": _signing_key},
+    ),
+    Operation(
+        telemetry.ingest_prometheus,
+        "POST",
+        "/v1/telemetry/prometheus",
+        roles.INGEST,
+        "Push a Prometheus scrape of a serving engine (vLLM spec-decode counters)",
+        "requests",
+        errors=NF,
+        text_body="text",
+    ),
+    Operation(
+        exports.export_serving,
+        "GET",
+        "/v1/exports/{engine}",
+        roles.READ_REGISTRY,
+        "Serving-engine launch arguments for a deployment's live pair",
+        "requests",
+        errors=NF,
+    ),
+    Operation(
+        requests.maintain_partitions,
+        "POST",
+        None,
+        roles.ADMIN,
+        "Create monthly request-tag partitions ahead of time",
+        "requests",
+        errors=(InvalidInput, SchemaOutOfDate),
+        local_only=(
+            "partition maintenance runs against the database: unset PAIRREG_URL and set "
+            "PAIRREG_DATABASE_URL on a host that can reach it"
+        ),
+    ),
+)
+
+BY_NAME: dict[str, Operation] = {op.name: op for op in OPERATIONS}
+if len(BY_NAME) != len(OPERATIONS):
+    raise RuntimeError("two operations share a name")

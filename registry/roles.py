@@ -1,0 +1,33 @@
+"""Who may do what: the roles a token can hold and the groups operations admit.
+
+Every operation names one of these groups in its contract (``registry.contract``), so a
+permission is decided here and nowhere else; the HTTP edge enforces it and the role-matrix
+test holds it to a spelled-out table.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+TokenRole = Literal["admin", "registrar", "promoter", "ingest", "auditor", "reader", "worker"]
+ROLES: tuple[str, ...] = get_args(TokenRole)
+
+ADMIN = frozenset({"admin"})
+# Read the registry (artifacts, pairs, measurements, policies, deployments, jobs, flags).
+READ_REGISTRY = frozenset({"admin", "registrar", "promoter", "auditor", "reader"})
+# Register artifacts and pairs.
+WRITE_REGISTRY = frozenset({"admin", "registrar"})
+# Re-hash an artifact against its manifest (auditors check weights too).
+VERIFY_ARTIFACT = frozenset({"admin", "registrar", "auditor"})
+# Change what serves: policies, deployments, promotions, rollbacks, drift flags.
+GOVERN = frozenset({"admin", "promoter"})
+# Ask for a validation and attach its MLflow run.
+VALIDATE = frozenset({"admin", "registrar", "promoter"})
+# Store a measurement taken outside a job (`pairreg measure`, or a worker).
+MEASURE = frozenset({"admin", "registrar", "promoter", "worker"})
+# The job protocol (claim, renew, complete, fail) and the Hub watch: measurement workers.
+WORKERS = frozenset({"admin", "worker"})
+# Report request tags and serving telemetry; call the embedded serving endpoints.
+INGEST = frozenset({"admin", "ingest"})
+# Read the audit log and request records.
+READ_AUDIT = frozenset({"admin", "auditor"})

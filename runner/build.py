@@ -1,0 +1,99 @@
+"""``build_engine``: the one place a pair's config and local directories become a runnable
+speculative engine, for measurement and for serving alike.
+
+Both paths must build the same drafter with the same checks (vocabulary, hidden size, head
+count), or a served pair could behave differently from the measured one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from runner.drafters import DraftModelDrafter, MedusaDrafter, PromptLookupDrafter
+from runner.engine import DecodeOptions, SpeculativeEngine
+from runner.medusa import load_medusa
+from runner.models import eos_ids, load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
+from runner.sampling import probs_from_logits
+from runner.settings import MeasureSettings
+
+
+@dataclass
+class BuiltEngine:
+    """A loaded pair: the tokenizer, the target model and the engine that drives both."""
+
+    tokenizer: Any
+    target: Any
+    engine: SpeculativeEngine
+    generator: torch.Generator
+    device: torch.device
+    k: int
+    eos: set[int]
+
+
+def build_drafter(
+    s: MeasureSettings, drafter_dir: str | None, target: Any, device: torch.device, generator
+) -> tuple[Any, int]:
+    """The drafter for ``s.method`` and the effective number of drafted tokens per step."""
+    prob_fn = None if s.temperature <= 0 else _prob_fn(s)
+    if s.method == "draft_model":
+        if not drafter_dir:
+            raise ValueError("method 'draft_model' needs a drafter directory")
+        draft_model = load_causal_lm(drafter_dir, device, s.dtype)
+        if draft_model.config.vocab_size != target.config.vocab_size:
+            raise ValueError(
+                f"vocab mismatch: target {target.config.vocab_size}, "
+                f"draft {draft_model.config.vocab_size}"
+            )
+        return DraftModelDrafter(draft_model, prob_fn, generator), s.k
+    if s.method == "medusa":
+        if not drafter_dir:
+            raise ValueError("method 'medusa' needs a heads directory")
+        heads = load_medusa(drafter_dir).to(device=device, dtype=resolve_dtype(s.dtype))
+        if heads.hidden_size != target.config.hidden_size:
+            raise ValueError(
+                f"Medusa hidden size {heads.hidden_size} != target {target.config.hidden_size}"
+            )
+        return MedusaDrafter(heads, prob_fn, generator), min(s.k, heads.num_heads)
+    if s.method == "prompt_lookup":
+        return PromptLookupDrafter(s.max_ngram, s.min_ngram), s.k
+    if s.method == "none":
+        return None, 0
+    raise ValueError(f"the runner cannot build method {s.method!r}")
+
+
+def _prob_fn(s: MeasureSettings):  # -> Callable[[Tensor], Tensor]
+    def probs(logits: torch.Tensor) -> torch.Tensor:
+        return probs_from_logits(logits, s.temperature, s.top_k, s.top_p)
+
+    return probs
+
+
+def build_engine(
+    settings: MeasureSettings, target_dir: str, drafter_dir: str | None = None
+) -> BuiltEngine:
+    """Load the target (and drafter) from verified local directories into one engine."""
+    s = settings
+    device = resolve_device(s.device)
+    if s.num_threads:
+        torch.set_num_threads(s.num_threads)
+    tokenizer = load_tokenizer(target_dir)
+    target = load_causal_lm(target_dir, device, s.dtype)
+    generator = torch.Generator(device=device)
+    drafter, k = build_drafter(s, drafter_dir, target, device, generator)
+    options = DecodeOptions(
+        k=k,
+        max_new_tokens=s.max_new_tokens,
+        temperature=s.temperature,
+        top_k=s.top_k,
+        top_p=s.top_p,
+        acceptance=s.acceptance,
+        typical_epsilon=s.typical_epsilon,
+        typical_delta=s.typical_delta,
+        strict_prefix_tokens=s.strict_prefix_tokens,
+    )
+    eos = eos_ids(target, tokenizer)
+    engine = SpeculativeEngine(target, drafter, options, eos, generator)
+    return BuiltEngine(tokenizer, target, engine, generator, device, k, eos)
