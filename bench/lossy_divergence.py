@@ -7,7 +7,7 @@ Registers the tiny reference target and draft (built into ``.pairreg-test-cache/
 the test suite, or ``--tiny DIR``) in a scratch SQLite registry, then for each strict prefix
 length measures the pair (draft model, k=4, greedy, typical acceptance with Medusa's
 threshold ε and α given explicitly) on every adversarial prompt through the same
-measurement path validation uses (``cli.measure.run_measurement``, which records where each
+measurement path workers use (``runner.executor.RunnerExecutor``, which records where each
 output first leaves plain greedy decoding). Prints one row per (prefix, N): the share of
 prompts whose output diverges within the first N tokens — what the ``lossy.adversarial``
 gate compares with ``max_divergence_rate``.
@@ -27,11 +27,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("PAIRREG_MLFLOW", "0")
 
-from cli.measure import run_measurement  # noqa: E402
 from registry import db  # noqa: E402
 from registry.db import session_scope  # noqa: E402
+from registry.jobloop import MeasureTask  # noqa: E402
 from registry.policy import measurement_settings  # noqa: E402
 from registry.services import artifacts, pairs  # noqa: E402
+from runner.executor import RunnerExecutor  # noqa: E402
 
 
 def main() -> None:
@@ -81,15 +82,19 @@ def main() -> None:
                 actor="bench",
             ).pair
         started = time.perf_counter()
-        out = run_measurement(
-            pair,
+        task = MeasureTask(
+            pair_digest=pair.pair_digest,
+            lossy=pair.lossy,
+            settings=measurement_settings(pair.config, suite),
             suite_name="default",
             categories=["adversarial"],
             prompts_per_category=args.prompts,
-            settings=measurement_settings(pair.config, suite),
+            target_dir=str(tiny / "target-v1"),
+            drafter_dir=str(tiny / "draft"),
             device="cpu",
             divergence_categories=["adversarial"],
         )
+        out = RunnerExecutor(log_runs=False).measure(task)
         at = [p["divergence_at"] for p in out["result"]["prompts"]]
         for n in (int(x) for x in args.first.split(",")):
             diverged = sum(1 for a in at if a is not None and a < n)

@@ -25,9 +25,7 @@ def upgrade() -> None:
         sa.Column("runner_version", sa.String(length=64), nullable=True),
         sa.Column("device", sa.String(length=16), nullable=True),
         sa.Column("actor", sa.String(length=200), nullable=False),
-        sa.Column(
-            "first_seen_at", registry.models.base.UTCDateTime(timezone=True), nullable=False
-        ),
+        sa.Column("first_seen_at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
         sa.Column("last_seen_at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("name", name=op.f("pk_workers")),
     )

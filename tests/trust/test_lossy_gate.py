@@ -45,7 +45,8 @@ def policy(name: str, allowed: bool, max_rate: float) -> str:
 def test_strict_prefix_lowers_divergence_and_the_gate_follows_policy(
     sqlite_url: str, tiny: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cli.measure import run_measurement  # the measurement glue validation workers use
+    from registry.jobloop import MeasureTask
+    from runner.executor import RunnerExecutor  # what workers and `pairreg measure` run
 
     monkeypatch.setenv("PAIRREG_MLFLOW", "0")
     url = sqlite_url
@@ -77,18 +78,24 @@ def test_strict_prefix_lowers_divergence_and_the_gate_follows_policy(
         }
 
     rates: dict[int, tuple[int, int]] = {}
+    version = ""
     for prefix, pair in made.items():
         settings = measurement_settings(pair.config, suite)
-        out = run_measurement(
-            pair,
+        task = MeasureTask(
+            pair_digest=pair.pair_digest,
+            lossy=pair.lossy,
+            settings=settings,
             suite_name="default",
             categories=["adversarial"],
             prompts_per_category=PROMPTS,
-            settings=settings,
+            target_dir=str(tiny.target_v1),
+            drafter_dir=str(tiny.draft),
             device="cpu",
             divergence_categories=["adversarial"],
         )
+        out = RunnerExecutor(log_runs=False).measure(task)
         rows = out["result"]["prompts"]
+        version = out["runner_version"]
         assert len(rows) == PROMPTS and all("divergence_at" in r for r in rows)
         rates[prefix] = (
             sum(1 for r in rows if r["divergence_at"] is not None and r["divergence_at"] < FIRST),
@@ -113,7 +120,7 @@ def test_strict_prefix_lowers_divergence_and_the_gate_follows_policy(
     def gates(prefix: int, name: str) -> dict[str, Any]:
         with session_scope(url) as s:
             res = validation.validate_pair(
-                s, ref=made[prefix].pair_digest, policy=name, actor="test"
+                s, ref=made[prefix].pair_digest, policy=name, runner_version=version, actor="test"
             )
         assert res.validation is not None, "the stored measurement must be reused"
         return {g.name: g for g in res.validation.gates}

@@ -300,7 +300,9 @@ def test_signature_gate_in_validate_promote_and_registration(db_url: str, tmp_pa
         digest = make_pair(db_url, target.id, draft_id)
         store(db_url, digest, synthetic_result({"code": 0.8}), policy="signed")
         with session_scope(db_url) as s:
-            res = validation.validate_pair(s, ref=digest, policy="signed", actor=ACTOR)
+            res = validation.validate_pair(
+                s, ref=digest, policy="signed", runner_version="test-1", actor=ACTOR
+            )
         assert res.validation is not None
         return {g.name: (g.passed, g.measured) for g in res.validation.gates}
 

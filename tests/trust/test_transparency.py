@@ -254,7 +254,7 @@ def tl_key():  # type: ignore[no-untyped-def]
 def test_backfill_builds_the_tree_for_existing_events(tmp_path: Path) -> None:
     """Events written before the transparency migration get their tree on upgrade."""
     url = f"sqlite:///{tmp_path / 'old.db'}"
-    db.upgrade(url, "0003")
+    db.upgrade(url, "0004")
     prev = audit.GENESIS_HASH
     bodies = []
     with get_engine(url).begin() as conn:

@@ -1,7 +1,7 @@
 """transparency log, signed checkpoints, retention, artifact signatures
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0005
+Revises: 0004
 Create Date: 2026-11-30 00:40:00.000000
 
 * ``audit_tree``: every perfect subtree of the RFC 6962 tree over the audit events,
@@ -28,8 +28,8 @@ from alembic import op
 import registry.models.base
 from registry import audit_tree
 
-revision = "0004"
-down_revision = "0003"
+revision = "0005"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 
