@@ -26,15 +26,16 @@ run: venv
 	$(BIN)/pairreg demo
 	$(BIN)/pairreg serve --host $(HOST) --port $(PORT)
 
-## Set up and run the whole test suite (ruff lint and format check, then pytest).
-test: venv
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
+## Set up and run the whole test suite (lint, layering contracts, then pytest).
+test: lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
+## ruff, the import-layering contracts, and the generated operation interface is current.
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/python -m registry.contract.generate --check
 
 bench-hash: venv
 	$(BIN)/python bench/hash_bench.py

@@ -49,16 +49,15 @@ def _local_identity(
     the CLI runs the job itself, so it is the worker whose runner version decides reuse."""
     if backend.mode != "embedded":
         return None, None
-    from registry.policy import parse_policy
+    from registry.policy import applicable_policy_name, parse_policy
     from runner import RUNNER_VERSION, suite_digest
     from runner.executor import suite_prompts
 
     if text is not None:
         parsed = parse_policy(text)
     else:
-        if name is None and deployment:
-            name = backend.get_deployment(name=deployment).policy_name
-        parsed = backend.get_policy(name=name or "default").parsed
+        dep_policy = backend.get_deployment(name=deployment).policy_name if deployment else None
+        parsed = backend.get_policy(name=applicable_policy_name(name, dep_policy)).parsed
     suite = parsed["suite"]
     prompts = suite_prompts(suite["name"], suite["categories"], suite["prompts_per_category"])
     return RUNNER_VERSION, suite_digest(prompts)

@@ -71,21 +71,20 @@ def locate(art: ArtifactRecord, *, cache_dir: str | os.PathLike[str] | None = No
     if art.local_path and Path(art.local_path).is_dir():
         return Path(art.local_path)
     if art.source_kind == "hf" and art.hub_repo and art.hub_commit:
-        from registry.hub import repo_cache_dir
+        from registry.hub import default_cache_dir, default_endpoint, repo_cache_dir
 
-        snap = repo_cache_dir(art.hub_repo, cache_dir) / "snapshots" / art.hub_commit
+        cache = Path(cache_dir) if cache_dir else default_cache_dir()  # read at call time
+        snap = repo_cache_dir(art.hub_repo, cache) / "snapshots" / art.hub_commit
         if snap.is_dir():
             return snap
         try:
             from huggingface_hub import snapshot_download
 
-            from registry.hub import default_endpoint
-
             return Path(
                 snapshot_download(
                     art.hub_repo,
                     revision=art.hub_commit,
-                    cache_dir=str(cache_dir) if cache_dir else None,
+                    cache_dir=str(cache),
                     endpoint=default_endpoint(),
                 )
             )

@@ -18,6 +18,7 @@ from registry.errors import InvalidInput
 from registry.records import PROVENANCE_FIELDS
 
 DEFAULT_POLICY_PATH = Path(__file__).resolve().parent / "policies" / "default.toml"
+DEFAULT_POLICY_NAME = "default"
 
 DEFAULTS: dict[str, Any] = {
     "description": "",
@@ -173,6 +174,12 @@ def _check(policy: dict[str, Any]) -> None:
             "drafter.declared_target_must_match must be true or false",
             field="drafter.declared_target_must_match",
         )
+
+
+def applicable_policy_name(asked: str | None, deployment_policy: str | None) -> str:
+    """Which policy governs a validation: the one asked for, else the deployment's, else the
+    shipped ``default``. (A policy given as text is stored first and asked for by name.)"""
+    return asked or deployment_policy or DEFAULT_POLICY_NAME
 
 
 # Keys added after policies were first stored: left out of the digest while at their

@@ -15,6 +15,7 @@ from registry.lifecycle import PairStatus
 from registry.methods import Method
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 Role = Literal["target", "draft", "heads"]
 
@@ -27,6 +28,24 @@ PROVENANCE_FIELDS = (
     "trained_against",
     "training_code_revision",
 )
+
+
+class _Row:
+    """An ORM row seen through its attributes, with ``extra`` values it does not hold."""
+
+    def __init__(self, row: Any, extra: dict[str, Any]):
+        self._row, self._extra = row, extra
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._extra:
+            return self._extra[name]
+        return getattr(self._row, name)
+
+
+def from_row(model: type[M], row: Any, **extra: Any) -> M:
+    """A record from a database row's attributes (pydantic ``from_attributes``), plus the
+    values the row does not hold itself (a digest joined from elsewhere, a derived field)."""
+    return model.model_validate(_Row(row, extra), from_attributes=True)
 
 
 class Page(BaseModel, Generic[T]):

@@ -8,7 +8,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from registry.errors import InvalidInput, NotFound
-from registry.models import Artifact, Pair
+from registry.models import Artifact, Deployment, Pair
 
 _ID = re.compile(r"^\d{1,11}$")
 _HEX = re.compile(r"^[0-9a-f]{12,64}$")
@@ -72,3 +72,22 @@ def resolve_pair(session: Session, ref: str, *, field: str = "pair") -> Pair:
         "of at least 12 hex characters",
         field=field,
     )
+
+
+def deployment_named(session: Session, name: str, *, lock: bool = False) -> Deployment | None:
+    """The deployment called ``name``, or None (``lock``: FOR UPDATE, for the move that
+    changes its live pair)."""
+    stmt = select(Deployment).where(Deployment.name == name)
+    if lock:
+        stmt = stmt.with_for_update()
+    return session.scalar(stmt)
+
+
+def resolve_deployment(
+    session: Session, name: str, *, field: str = "deployment", lock: bool = False
+) -> Deployment:
+    """The deployment called ``name``; NotFound naming ``field`` when there is none."""
+    dep = deployment_named(session, name, lock=lock)
+    if dep is None:
+        raise NotFound(f"no deployment named {name}", field=field)
+    return dep

@@ -31,12 +31,12 @@ from registry.records import (
     PROVENANCE_FIELDS,
     ArtifactAddResult,
     ArtifactRecord,
-    ManifestEntry,
     Page,
     Provenance,
     Role,
     SignatureIn,
     VerifyReport,
+    from_row,
 )
 from registry.refs import resolve_artifact
 from registry.services.base import operation, page_query
@@ -176,32 +176,12 @@ def missing_provenance(provenance: dict[str, Any]) -> list[str]:
 
 
 def to_record(art: Artifact, *, with_manifest: bool = False) -> ArtifactRecord:
-    return ArtifactRecord(
-        id=art.id,
-        lineage=art.lineage,
-        version=art.version,
+    return from_row(
+        ArtifactRecord,
+        art,
         ref=f"{art.lineage}@v{art.version}",
-        role=art.role,  # type: ignore[arg-type]
-        source=art.source,
-        source_kind=art.source_kind,  # type: ignore[arg-type]
-        hub_repo=art.hub_repo,
-        hub_revision=art.hub_revision,
-        hub_commit=art.hub_commit,
-        local_path=art.local_path,
-        manifest_digest=art.manifest_digest,
-        signing_root=art.signing_root,
-        total_size=art.total_size,
-        file_count=art.file_count,
-        tokenizer_digest=art.tokenizer_digest,
-        vocab_digest=art.vocab_digest,
-        vocab_size=art.vocab_size,
-        facts=art.facts,
-        provenance=Provenance.model_validate(art.provenance),
         provenance_missing=missing_provenance(art.provenance),
-        signature=art.signature,
-        registered_by=art.registered_by,
-        registered_at=art.registered_at,
-        manifest=[ManifestEntry(**e) for e in art.manifest] if with_manifest else None,
+        manifest=art.manifest if with_manifest else None,
         signature_bundle=art.signature_bundle if with_manifest else None,
     )
 

@@ -12,23 +12,13 @@ from registry import audit
 from registry.errors import InvalidInput
 from registry.models import AuditEvent
 from registry.params import Cursor, Limit, Timestamp
-from registry.records import AuditEventRecord, ChainVerifyResult, Checkpoint, Page
+from registry.records import AuditEventRecord, ChainVerifyResult, Checkpoint, Page, from_row
 from registry.services.base import operation, page_query
 from registry.settings import get_settings
 
 
 def to_record(event: AuditEvent) -> AuditEventRecord:
-    return AuditEventRecord(
-        seq=event.seq,
-        occurred_at=event.occurred_at,
-        actor=event.actor,
-        action=event.action,
-        entity_type=event.entity_type,
-        entity_id=event.entity_id,
-        payload=json.loads(event.payload),
-        prev_hash=event.prev_hash,
-        chain_hash=event.chain_hash,
-    )
+    return from_row(AuditEventRecord, event, payload=json.loads(event.payload))
 
 
 @operation

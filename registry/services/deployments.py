@@ -32,7 +32,7 @@ from registry.records_governance import (
     GateResult,
     PromoteResult,
 )
-from registry.refs import resolve_pair
+from registry.refs import deployment_named, resolve_deployment, resolve_pair
 from registry.services.base import operation, page_query
 from registry.services.policies import load_policy
 from registry.services.validation import baseline_measurement, evaluate_gates
@@ -106,19 +106,12 @@ def to_record(session: Session, dep: Deployment, *, with_history: bool = False) 
     )
 
 
-def find_deployment(session: Session, name: str) -> Deployment:
-    dep = session.scalar(select(Deployment).where(Deployment.name == name))
-    if dep is None:
-        raise NotFound(f"no deployment named {name}", field="deployment")
-    return dep
-
-
 def pair_live_at(session: Session, deployment: str, at: datetime) -> Pair | None:
     """The pair deployment ``deployment`` served at instant ``at`` (None before the first
     promotion, or for an unknown deployment). A move takes effect at its event time."""
     if at.tzinfo is None:
         raise InvalidInput("time must carry a timezone", field="at")
-    dep = session.scalar(select(Deployment).where(Deployment.name == deployment))
+    dep = deployment_named(session, deployment)
     if dep is None:
         return None
     ev = session.scalar(
@@ -139,7 +132,7 @@ def create_deployment(
     name = _check_name(name)
     lock_writes(session)
     pol = load_policy(session, policy, actor=actor)
-    if session.scalar(select(Deployment).where(Deployment.name == name)) is not None:
+    if deployment_named(session, name) is not None:
         raise Conflict(f"deployment {name} already exists", field="name")
     dep = Deployment(name=name, policy_name=pol.name, version=0, created_by=actor)
     session.add(dep)
@@ -160,7 +153,7 @@ def set_deployment_policy(
     session: Session, *, name: str, policy: PolicyName, actor: str
 ) -> DeploymentRecord:
     lock_writes(session)
-    dep = find_deployment(session, name)
+    dep = resolve_deployment(session, name)
     pol = load_policy(session, policy, actor=actor)
     old = dep.policy_name
     dep.policy_name = pol.name
@@ -178,7 +171,7 @@ def set_deployment_policy(
 
 @operation
 def get_deployment(session: Session, *, name: str) -> DeploymentRecord:
-    return to_record(session, find_deployment(session, name), with_history=True)
+    return to_record(session, resolve_deployment(session, name), with_history=True)
 
 
 @operation
@@ -194,7 +187,7 @@ def list_deployments(
 @operation
 def deployment_at(session: Session, *, name: str, at: datetime) -> DeploymentEventRecord | None:
     """The move that was in force on ``name`` at ``at`` (None before the first one)."""
-    dep = find_deployment(session, name)
+    dep = resolve_deployment(session, name)
     if at.tzinfo is None:
         raise InvalidInput("time must carry a timezone", field="at")
     ev = session.scalar(
@@ -354,7 +347,7 @@ def promote(
     reason = _check_reason(reason)
     lock_writes(session)
     pair = resolve_pair(session, ref)
-    dep = session.scalar(select(Deployment).where(Deployment.name == deployment).with_for_update())
+    dep = deployment_named(session, deployment, lock=True)
     if dep is None:
         if not create:
             raise NotFound(
@@ -362,7 +355,7 @@ def promote(
                 field="deployment",
             )
         create_deployment(session, name=deployment, actor=actor)
-        dep = find_deployment(session, deployment)
+        dep = resolve_deployment(session, deployment)
     if dep.current_pair_id == pair.id:
         raise Conflict(f"pair {pair.pair_digest[:12]} is already live on {dep.name}", field="ref")
     gates, val, refusals = promotion_gates(session, pair, dep)
@@ -419,9 +412,7 @@ def rollback(
     """
     reason = _check_reason(reason)
     lock_writes(session)
-    dep = session.scalar(select(Deployment).where(Deployment.name == deployment).with_for_update())
-    if dep is None:
-        raise NotFound(f"no deployment named {deployment}", field="deployment")
+    dep = resolve_deployment(session, deployment, lock=True)
     stack = live_stack(history(session, dep))
     if len(stack) < 2:
         raise Conflict(

@@ -29,7 +29,7 @@ from registry.drift_stats import drift_test, severity
 from registry.errors import Conflict, InvalidInput, NotFound, PairregError
 from registry.models import Artifact, DriftFlag, Measurement, Pair, Validation, utcnow
 from registry.params import Cursor, Id, Limit, PolicyName, Reason
-from registry.records import Page, VerifyReport
+from registry.records import Page, VerifyReport, from_row
 from registry.records_governance import DriftCheckResult, DriftFlagRecord
 from registry.refs import resolve_pair
 from registry.services import artifacts as artifacts_service
@@ -43,26 +43,7 @@ FLAG_KINDS = ("drift", "integrity", "workload")
 
 
 def to_record(flag: DriftFlag, pair_digest: str | None) -> DriftFlagRecord:
-    return DriftFlagRecord(
-        id=flag.id,
-        kind=flag.kind,
-        pair_id=flag.pair_id,  # type: ignore[arg-type]
-        pair_digest=pair_digest,
-        artifact_id=flag.artifact_id,
-        baseline_pair_id=flag.baseline_pair_id,
-        baseline_measurement_id=flag.baseline_measurement_id,
-        candidate_measurement_id=flag.candidate_measurement_id,
-        policy_name=flag.policy_name,
-        effects=flag.effects,
-        severity=flag.severity,
-        state=flag.state,  # type: ignore[arg-type]
-        summary=flag.summary,
-        reason=flag.reason,
-        opened_by=flag.opened_by,
-        opened_at=flag.opened_at,
-        closed_by=flag.closed_by,
-        closed_at=flag.closed_at,
-    )
+    return from_row(DriftFlagRecord, flag, pair_digest=pair_digest)
 
 
 def _record(session: Session, flag: DriftFlag) -> DriftFlagRecord:

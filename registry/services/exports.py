@@ -19,8 +19,8 @@ from sqlalchemy.orm import Session
 from registry.errors import InvalidInput
 from registry.models import Artifact, Pair
 from registry.records_requests import ExportResult
+from registry.refs import resolve_deployment
 from registry.services.base import operation
-from registry.services.requests import _deployment
 
 ENGINES = ("vllm", "sglang")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -53,7 +53,7 @@ def _pinned(art: Artifact, role: str) -> tuple[str, str]:
 
 
 def _live_pair(session: Session, deployment: str) -> Pair:
-    dep = _deployment(session, deployment)
+    dep = resolve_deployment(session, deployment)
     if dep.current_pair_id is None:
         raise InvalidInput(f"deployment {deployment} has no live pair", field="deployment")
     pair = session.get(Pair, dep.current_pair_id)

@@ -24,7 +24,7 @@ from registry.canonical import digest_of
 from registry.errors import Conflict, InvalidInput, NotFound
 from registry.models import Artifact, Job, Worker, utcnow
 from registry.params import Cursor, Id, LeaseSeconds, Limit, WorkerName
-from registry.records import Page, VerifyReport
+from registry.records import Page, VerifyReport, from_row
 from registry.records_governance import JobRecord
 from registry.services.artifacts import report_verification
 from registry.services.base import operation, page_query
@@ -39,24 +39,7 @@ COMPLETION_HANDLERS: dict[str, Callable[[Session, Job, dict[str, Any], str], dic
 
 
 def to_record(job: Job) -> JobRecord:
-    return JobRecord(
-        id=job.id,
-        kind=job.kind,
-        args=job.args,
-        idempotency_key=job.idempotency_key,
-        state=job.state,  # type: ignore[arg-type]
-        device=job.device,
-        attempts=job.attempts,
-        max_attempts=job.max_attempts,
-        lease_owner=job.lease_owner,
-        lease_expires_at=job.lease_expires_at,
-        result=job.result,
-        error=job.error,
-        created_by=job.created_by,
-        created_at=job.created_at,
-        updated_at=job.updated_at,
-        finished_at=job.finished_at,
-    )
+    return from_row(JobRecord, job)
 
 
 def enqueue(

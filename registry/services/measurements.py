@@ -19,7 +19,7 @@ from registry.errors import InvalidInput, NotFound
 from registry.models import Measurement, Pair
 from registry.params import Cursor, Id, Limit
 from registry.policy import settings_digest
-from registry.records import Page
+from registry.records import Page, from_row
 from registry.records_governance import MeasurementRecord
 from registry.refs import resolve_pair
 from registry.services.base import operation, page_query
@@ -30,28 +30,8 @@ _PROMPT_KEYS = ("id", "category")
 def to_record(
     row: Measurement, pair_digest: str, *, with_prompts: bool = False
 ) -> MeasurementRecord:
-    return MeasurementRecord(
-        id=row.id,
-        pair_id=row.pair_id,
-        pair_digest=pair_digest,
-        suite_name=row.suite_name,
-        suite_digest=row.suite_digest,
-        settings=row.settings,
-        settings_digest=row.settings_digest,
-        runner_version=row.runner_version,
-        device=row.device,
-        hardware=row.hardware,
-        seed=row.seed,
-        alpha=row.alpha,
-        overall=row.overall,
-        categories=row.categories,
-        prompts=row.prompts if with_prompts else None,
-        extra=row.extra,
-        mlflow_run_id=row.mlflow_run_id,
-        job_id=row.job_id,
-        created_by=row.created_by,
-        created_at=row.created_at,
-    )
+    prompts = row.prompts if with_prompts else None
+    return from_row(MeasurementRecord, row, pair_digest=pair_digest, prompts=prompts)
 
 
 def _clean(value: Any) -> Any:

@@ -28,7 +28,7 @@ from registry.methods import (
 )
 from registry.models import Artifact, Pair
 from registry.params import Cursor, Limit, Reason
-from registry.records import Page, PairRecord, PairRegisterResult, PairStatus
+from registry.records import Page, PairRecord, PairRegisterResult, PairStatus, from_row
 from registry.refs import resolve_artifact, resolve_pair
 from registry.services.artifacts import to_record as artifact_record
 from registry.services.base import operation, page_query
@@ -201,19 +201,11 @@ def compatibility_findings(
 
 
 def to_record(pair: Pair) -> PairRecord:
-    return PairRecord(
-        id=pair.id,
-        pair_digest=pair.pair_digest,
+    return from_row(
+        PairRecord,
+        pair,
         target=artifact_record(pair.target),
         drafter=artifact_record(pair.drafter) if pair.drafter else None,
-        method=pair.method,  # type: ignore[arg-type]
-        k=pair.k,
-        config=pair.config,
-        lossy=pair.lossy,
-        status=pair.status,  # type: ignore[arg-type]
-        warnings=list(pair.warnings),
-        registered_by=pair.registered_by,
-        registered_at=pair.registered_at,
     )
 
 

@@ -16,25 +16,16 @@ from registry.audit import append_event, lock_writes
 from registry.errors import NotFound
 from registry.models import Policy
 from registry.params import Cursor, Limit
-from registry.policy import default_policy_text, parse_policy, policy_digest
-from registry.records import Page
+from registry.policy import DEFAULT_POLICY_NAME, default_policy_text, parse_policy, policy_digest
+from registry.records import Page, from_row
 from registry.records_governance import PolicyPutResult, PolicyRecord
 from registry.services.base import operation, page_query
 
-DEFAULT_POLICY = "default"
+DEFAULT_POLICY = DEFAULT_POLICY_NAME
 
 
 def to_record(row: Policy) -> PolicyRecord:
-    return PolicyRecord(
-        id=row.id,
-        name=row.name,
-        version=row.version,
-        digest=row.digest,
-        toml_text=row.toml_text,
-        parsed=row.parsed,
-        created_by=row.created_by,
-        created_at=row.created_at,
-    )
+    return from_row(PolicyRecord, row)
 
 
 def _store(session: Session, text: str, name: str | None, actor: str) -> tuple[Policy, bool]:
@@ -81,11 +72,16 @@ def put_policy(
     return PolicyPutResult(policy=to_record(row), created=created)
 
 
-def load_policy(session: Session, name: str, *, actor: str = "system") -> Policy:
-    """The policy in force under ``name``; the shipped default is stored on first use."""
-    row = session.scalar(
+def policy_in_force(session: Session, name: str) -> Policy | None:
+    """The newest version stored under ``name`` (None when there is none yet)."""
+    return session.scalar(
         select(Policy).where(Policy.name == name).order_by(Policy.version.desc()).limit(1)
     )
+
+
+def load_policy(session: Session, name: str, *, actor: str = "system") -> Policy:
+    """The policy in force under ``name``; the shipped default is stored on first use."""
+    row = policy_in_force(session, name)
     if row is None and name == DEFAULT_POLICY:
         row, _ = _store(session, default_policy_text(), DEFAULT_POLICY, actor)
     if row is None:

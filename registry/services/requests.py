@@ -56,7 +56,7 @@ from registry.records_requests import (
     RequestTagRecord,
     TagIn,
 )
-from registry.refs import resolve_pair
+from registry.refs import resolve_deployment, resolve_pair
 from registry.services.artifacts import to_record as artifact_record
 from registry.services.base import check_limit, operation
 from registry.services.pairs import to_record as pair_record
@@ -106,13 +106,6 @@ def load_timelines(session: Session, deployment_ids: Iterable[int]) -> dict[int,
         tl.pair_ids.append(to_pair)
         tl.event_ids.append(event_id)
     return out
-
-
-def _deployment(session: Session, name: str, field: str = "deployment") -> Deployment:
-    dep = session.scalar(select(Deployment).where(Deployment.name == name))
-    if dep is None:
-        raise NotFound(f"no deployment named {name}", field=field)
-    return dep
 
 
 # --- ingest -----------------------------------------------------------------------------
@@ -613,7 +606,7 @@ def list_requests(
     if pair:
         conds.append(RequestTag.pair_id == resolve_pair(session, pair).id)
     if deployment:
-        conds.append(RequestTag.deployment_id == _deployment(session, deployment).id)
+        conds.append(RequestTag.deployment_id == resolve_deployment(session, deployment).id)
     for value, name in ((since, "since"), (until, "until")):
         if value is not None and value.tzinfo is None:
             raise InvalidInput(f"{name} must include a timezone (e.g. Z)", field=name)

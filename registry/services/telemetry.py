@@ -33,14 +33,14 @@ from registry.models import (
     DriftFlag,
     Measurement,
     Pair,
-    Policy,
     TelemetrySample,
     Validation,
 )
 from registry.records_requests import TelemetryResult
+from registry.refs import resolve_deployment
 from registry.services.base import operation
 from registry.services.drift import open_flag
-from registry.services.requests import _deployment
+from registry.services.policies import policy_in_force
 
 COUNTERS = {
     "vllm:spec_decode_num_drafts": "num_drafts",
@@ -136,9 +136,7 @@ def baseline_acceptance(session: Session, deployment_id: int, pair_id: int) -> f
 
 
 def _margin(session: Session, policy_name: str) -> float:
-    pol = session.scalar(
-        select(Policy).where(Policy.name == policy_name).order_by(Policy.version.desc()).limit(1)
-    )
+    pol = policy_in_force(session, policy_name)
     if pol is None:
         return DEFAULT_MARGIN
     return float(((pol.parsed or {}).get("drift") or {}).get("margin", DEFAULT_MARGIN))
@@ -161,7 +159,7 @@ def ingest_prometheus(
         raise InvalidInput("min_drafted must be at least 1", field="min_drafted")
     counters = parse_vllm_metrics(text)
     lock_writes(session)  # deltas are read-then-write against the previous sample
-    dep = _deployment(session, deployment)
+    dep = resolve_deployment(session, deployment)
     prev = session.scalar(
         select(TelemetrySample)
         .where(TelemetrySample.deployment_id == dep.id)

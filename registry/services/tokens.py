@@ -16,7 +16,7 @@ from registry.audit import append_event, lock_writes
 from registry.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from registry.models import ApiToken, utcnow
 from registry.params import Cursor, Limit
-from registry.records import Page, TokenCreated, TokenRecord
+from registry.records import Page, TokenCreated, TokenRecord, from_row
 from registry.roles import ROLES, TokenRole
 from registry.services.base import operation, page_query
 
@@ -30,15 +30,7 @@ def hash_secret(secret: str) -> str:
 
 
 def to_record(tok: ApiToken) -> TokenRecord:
-    return TokenRecord(
-        id=tok.id,
-        name=tok.name,
-        role=tok.role,
-        created_by=tok.created_by,
-        created_at=tok.created_at,
-        last_used_at=tok.last_used_at,
-        revoked_at=tok.revoked_at,
-    )
+    return from_row(TokenRecord, tok)
 
 
 @operation

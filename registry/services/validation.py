@@ -32,10 +32,10 @@ from registry.errors import InvalidInput, NotFound
 from registry.model_signature import signer_refusal
 from registry.models import Deployment, DriftFlag, Job, Measurement, Pair, Policy, Validation
 from registry.params import Cursor, Id, Limit
-from registry.policy import category_floor, measurement_settings
-from registry.records import Page
+from registry.policy import applicable_policy_name, category_floor, measurement_settings
+from registry.records import Page, from_row
 from registry.records_governance import GateResult, ValidateResult, ValidationRecord
-from registry.refs import resolve_pair
+from registry.refs import resolve_deployment, resolve_pair
 from registry.services import jobs as jobs_service
 from registry.services.base import operation, page_query
 from registry.services.measurements import find_reusable, insert_measurement
@@ -245,20 +245,7 @@ def evaluate_gates(
 
 
 def to_record(row: Validation, pair_digest: str) -> ValidationRecord:
-    return ValidationRecord(
-        id=row.id,
-        pair_id=row.pair_id,
-        pair_digest=pair_digest,
-        policy_name=row.policy_name,
-        policy_digest=row.policy_digest,
-        measurement_id=row.measurement_id,
-        deployment=row.deployment,
-        gates=[GateResult(**g) for g in row.gates],
-        passed=row.passed,
-        mlflow_run_id=row.mlflow_run_id,
-        actor=row.actor,
-        created_at=row.created_at,
-    )
+    return from_row(ValidationRecord, row, pair_digest=pair_digest)
 
 
 def record_validation(
@@ -319,12 +306,7 @@ def record_validation(
 
 
 def _deployment(session: Session, name: str | None) -> Deployment | None:
-    if not name:
-        return None
-    dep = session.scalar(select(Deployment).where(Deployment.name == name))
-    if dep is None:
-        raise NotFound(f"no deployment named {name}", field="deployment")
-    return dep
+    return resolve_deployment(session, name) if name else None
 
 
 def measure_job_args(
@@ -404,7 +386,8 @@ def validate_pair(
     if policy_text is not None:
         pol, _ = store_policy(session, policy_text, None, actor)
     else:
-        pol = load_policy(session, policy or (dep.policy_name if dep else "default"), actor=actor)
+        asked = applicable_policy_name(policy, dep.policy_name if dep else None)
+        pol = load_policy(session, asked, actor=actor)
     if dep is not None and dep.policy_name != pol.name:
         raise InvalidInput(
             f"deployment {dep.name} enforces policy {dep.policy_name}, not {pol.name}",

@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from registry.db import session_scope
 from registry.errors import Conflict, NotFound
 from registry.models import DeploymentEvent, utcnow
-from registry.refs import resolve_pair
+from registry.refs import resolve_deployment, resolve_pair
 from registry.services import deployments, validation
 from tests.governance.helpers import (
     ACTOR,
@@ -115,7 +115,7 @@ def test_event_seq_is_unique_per_deployment(db_url: str, tmp_path: Path) -> None
     with session_scope(db_url) as s:
         deployments.promote(s, ref=a, deployment="prod", reason="x", actor=ACTOR)
     with pytest.raises(IntegrityError), session_scope(db_url) as s:
-        dep = deployments.find_deployment(s, "prod")
+        dep = resolve_deployment(s, "prod")
         s.add(
             DeploymentEvent(
                 deployment_id=dep.id,

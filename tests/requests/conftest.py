@@ -18,6 +18,7 @@ from sqlalchemy import update
 from registry import lifecycle
 from registry.db import session_scope
 from registry.models import DeploymentEvent, Pair
+from registry.refs import resolve_deployment
 from registry.services import artifacts as art_svc
 from registry.services import pairs as pair_svc
 from tests.fixtures import write_fake_model
@@ -45,10 +46,10 @@ def promote_at(url: str, deployment: str, pair_digest: str, at: datetime) -> Non
     with session_scope(url) as session:
         dep = None
         try:
-            dep = dep_svc.find_deployment(session, deployment)
+            dep = resolve_deployment(session, deployment)
         except Exception:  # noqa: BLE001 - not created yet
             dep_svc.create_deployment(session, name=deployment, actor=ACTOR)
-            dep = dep_svc.find_deployment(session, deployment)
+            dep = resolve_deployment(session, deployment)
         pair = session.query(Pair).filter(Pair.pair_digest == pair_digest).one()
         if lifecycle.allowed(pair.status, "validated"):  # stands in for a passing validation
             lifecycle.apply(session, pair, "validated", actor=ACTOR, reason="test validation")

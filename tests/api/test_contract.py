@@ -1,0 +1,300 @@
+"""One contract per operation: the embedded backend and the HTTP client agree on every one.
+
+Two fresh registries get the same scripted sequence of calls, one through the embedded
+``LocalBackend`` and one through ``PairregClient`` over the app's generated routes; every
+result (or error: kind and field) must be equal once times, secrets and signatures are set
+aside. The script must call every declared operation, so a new operation without a scenario
+line fails here. The contract's own invariants are checked too: every ``@operation`` service
+is declared, the typed interface is current, and every /v1 route comes from a declaration.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import BaseModel
+
+from api.app import create_app
+from api.backend import local_backend
+from api.client import PairregClient
+from api.route_index import iter_routes
+from registry.contract import generate
+from registry.contract.operations import BY_NAME, OPERATIONS
+from registry.errors import PairregError
+from registry.policy import measurement_settings
+from registry.services import OPERATIONS as DECORATED
+from registry.services.system import initialise, read_credentials
+from registry.settings import Settings
+from tests.fixtures import write_fake_model
+
+# Values that differ between two runs of the same script by nature, not by contract.
+VOLATILE = {
+    "registered_at",
+    "created_at",
+    "updated_at",
+    "occurred_at",
+    "at",
+    "finished_at",
+    "lease_expires_at",
+    "last_used_at",
+    "revoked_at",
+    "status_changed_at",
+    "signed_at",
+    "chain_hash",
+    "prev_hash",
+    "head_hash",
+    "signature",
+    "public_key",
+    "secret",
+    "checkpoint",
+    "received_at",
+    "merkle_root",
+    "leaf_hash",
+    "proof",
+    "root",
+    "bundle_digest",
+    "entry_hash",
+    "payload_digest",
+    "hash",
+}
+
+
+def normalise(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    if isinstance(value, dict):
+        return {
+            k: ("<volatile>" if k in VOLATILE or k.endswith("_at") else normalise(v))
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [normalise(v) for v in value]
+    return json.loads(json.dumps(value, default=str))
+
+
+def first_difference(a: Any, b: Any, where: str = "") -> str | None:
+    """Where two normalised values first differ, and how (for a readable failure)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            found = first_difference(a.get(key), b.get(key), f"{where}.{key}")
+            if found:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            found = first_difference(x, y, f"{where}[{i}]")
+            if found:
+                return found
+        return None
+    return None if a == b else f"{where or '.'}: embedded {a!r} != remote {b!r}"
+
+
+class Recorder:
+    """Calls operations on a backend, recording each outcome (result or error) by name."""
+
+    def __init__(self, backend: Any):
+        self.backend = backend
+        self.log: list[tuple[str, Any]] = []
+        self.called: set[str] = set()
+
+    def __call__(self, _op: str, /, **kwargs: Any) -> Any:
+        self.called.add(_op)
+        try:
+            result = getattr(self.backend, _op)(**kwargs)
+        except PairregError as exc:
+            self.log.append((_op, {"error": exc.kind, "field": exc.field}))
+            return None
+        self.log.append((_op, normalise(result)))
+        return result
+
+
+VLLM_METRICS = """# TYPE vllm:spec_decode_num_drafts counter
+vllm:spec_decode_num_drafts_total{model_name="m",engine="0"} 100
+# TYPE vllm:spec_decode_num_draft_tokens counter
+vllm:spec_decode_num_draft_tokens_total{model_name="m",engine="0"} 400
+# TYPE vllm:spec_decode_num_accepted_tokens counter
+vllm:spec_decode_num_accepted_tokens_total{model_name="m",engine="0"} 300
+"""
+
+RESULT = {
+    "categories": {
+        "code": {"prompts": 2, "alpha": 0.8, "alpha_ci": [0.7, 0.9], "tau": 3.0},
+    },
+    "overall": {"prompts": 2, "alpha": 0.8, "alpha_ci": [0.7, 0.9], "tau": 3.0,
+                "draft_acceptance_rate": 0.6},
+    "prompts": [
+        {"id": "c1", "category": "code", "output_ids": [1, 2, 3], "steps": 1, "drafted": 4,
+         "accepted": 3, "rejections": 1, "target_calls": 2, "emitted": 4},
+        {"id": "c2", "category": "code", "output_ids": [1, 2], "steps": 1, "drafted": 4,
+         "accepted": 2, "rejections": 1, "target_calls": 2, "emitted": 3},
+    ],
+    "settings": {},
+}  # fmt: skip
+
+
+def scenario(call: Recorder, models: dict[str, Path]) -> None:
+    """Every operation at least once, in an order that builds what the next one needs."""
+    call("add_artifact", source=str(models["t1"]), name="acme/t", role="target")
+    call("add_artifact", source=str(models["d"]), name="acme/d", role="draft")
+    call("add_artifact", source=str(models["t2"]), name="acme/t", role="target")
+    call("add_artifact", source="/nonexistent/dir", name="acme/x", role="target")
+    call("list_artifacts", role="target")
+    call("get_artifact", ref="acme/t@v1")
+    call("verify_artifact", ref="acme/t@v1")
+    call("verify_artifact", ref="acme/d@v1", path=str(models["d_changed"]))
+    # The changed copy of the draft opened an integrity flag; closing it unblocks pairs.
+    flags = call("list_flags", kind="integrity")
+    call("get_flag", id=flags.items[0].id)
+    call("ack_flag", id=flags.items[0].id, reason="known local edit")
+    call("resolve_flag", id=flags.items[0].id, reason="restored")
+
+    a = call("register_pair", target="acme/t@v1", draft="acme/d@v1", method="draft_model", k=4)
+    b = call("register_pair", target="acme/t@v2", draft="acme/d@v1", method="draft_model", k=4)
+    call("register_pair", target="acme/t@v1", method="prompt_lookup", k=3)
+    call("register_pair", target="acme/t@v1", method="draft_model", k=0)
+    call("list_pairs", method="draft_model")
+    call("get_pair", ref=a.pair.pair_digest)
+    pa, pb = a.pair.pair_digest, b.pair.pair_digest
+
+    call("put_policy", text='name = "loose"\n[alpha]\nmin_overall = 0.1\n')
+    call("list_policies")
+    call("get_policy", name="loose")
+    call("create_deployment", name="prod", policy="loose")
+    call("list_deployments")
+    call("set_deployment_policy", name="prod", policy="loose")
+
+    # A measurement taken outside a job, reused by validation (same runner version).
+    settings = measurement_settings(a.pair.config, {})  # what the loose policy asks for
+    m = call("store_measurement", pair=pa, suite_name="default", suite_digest="ab" * 32,
+             settings=settings, runner_version="9.9", result=RESULT)  # fmt: skip
+    call("list_measurements", pair=pa)
+    call("get_measurement", id=m.id, prompts=False)
+    v = call("validate_pair", ref=pa, policy="loose", runner_version="9.9")
+    call("list_validations", pair=pa)
+    call("get_validation", id=v.validation.id)
+    call("set_validation_run", id=v.validation.id, mlflow_run_id="run-1")
+
+    # Jobs: a queued validation measured by a worker, another failed.
+    q = call("validate_pair", ref=pb, policy="loose")
+    job = call("claim_job", worker="w1", lease_seconds=30, runner_version="9.9")
+    call("renew_lease", id=job.id, worker="w1", lease_seconds=30)
+    call("list_jobs", state="running")
+    call("get_job", id=q.job.id)
+    call("complete_job", id=job.id, worker="w1",
+         result={"result": RESULT, "suite_digest": "cd" * 32, "runner_version": "9.9"})  # fmt: skip
+    call("fail_job", id=job.id, worker="w2", error="late")
+    call("claim_job", worker="w1")
+
+    call("promote", ref=pa, deployment="prod", reason="first release")
+    call("promote", ref=pb, deployment="prod", reason="second release")
+    call("get_deployment", name="prod")
+    call("deployment_at", name="prod", at=datetime.now(UTC) + timedelta(days=1))
+    call("rollback", deployment="prod", reason="back to a")
+
+    m2 = call("store_measurement", pair=pb, suite_name="default", suite_digest="ab" * 32,
+              settings=settings, runner_version="9.9", result=RESULT)  # fmt: skip
+    call("check_drift", candidate=pb, baseline_measurement=m.id, candidate_measurement=m2.id,
+         policy="loose")  # fmt: skip
+    call("watch")
+
+    served = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    tags = [{"request_id": f"r-{i}", "deployment": "prod", "served_at": served,
+             "input_tokens": 5, "output_tokens": 7} for i in range(3)]  # fmt: skip
+    call("ingest_requests", tags=tags)
+    call("ingest_requests", tags=tags)
+    call("list_requests", deployment="prod", limit=2)
+    call("audit_request", request_id="r-1")
+    call("build_bundle", request_id="r-1")
+    call("ingest_prometheus", deployment="prod", text=VLLM_METRICS, min_drafted=10)
+    call("export_serving", deployment="prod", engine="vllm")
+    call("maintain_partitions", ahead=1)
+
+    call("deprecate_pair", ref=pb, reason="superseded")
+    call("retire_pair", ref=pb, reason="gone")
+    call("create_token", name="ci", role="ingest")
+    call("list_tokens")
+    call("revoke_token", name="ci")
+    call("list_audit_events", action="pair.status_changed")
+    call("verify_audit_chain")
+    call("create_audit_checkpoint")
+
+
+@pytest.fixture
+def models(tmp_path: Path) -> dict[str, Path]:
+    return {
+        "t1": write_fake_model(tmp_path / "models" / "t1", weights=b"t1"),
+        "t2": write_fake_model(tmp_path / "models" / "t2", weights=b"t2"),
+        "d": write_fake_model(tmp_path / "models" / "d", hidden_size=32, weights=b"d"),
+        "d_changed": write_fake_model(tmp_path / "models" / "dx", hidden_size=32, weights=b"x"),
+    }
+
+
+def _home(root: Path) -> Settings:
+    settings = Settings(home=root / "home", database_url=f"sqlite:///{root / 'registry.db'}")
+    initialise(settings)
+    return settings
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> Iterator[tuple[Settings, Callable[[], PairregClient]]]:
+    settings = _home(tmp_path / "remote")
+    token = (read_credentials(settings.credentials_path) or {})["token"]
+    with TestClient(create_app(settings), raise_server_exceptions=True) as http:
+        http.headers["Authorization"] = f"Bearer {token}"
+
+        def client() -> PairregClient:
+            c = PairregClient("http://testserver")
+            c.http = http
+            return c
+
+        yield settings, client
+
+
+def test_local_and_remote_agree_on_every_operation(
+    tmp_path: Path, models: dict[str, Path], remote: Any
+) -> None:
+    local = Recorder(local_backend(_home(tmp_path / "local"), actor="token:admin"))
+    over_http = Recorder(remote[1]())
+    scenario(local, models)
+    scenario(over_http, models)
+    declared = {op.name for op in OPERATIONS}
+    assert local.called == declared, f"no scenario line for {sorted(declared - local.called)}"
+    assert len(local.log) == len(over_http.log)
+    for (name, mine), (_, theirs) in zip(local.log, over_http.log, strict=True):
+        if BY_NAME[name].path is None:  # embedded only: the client refuses it, naming why
+            assert theirs == {"error": "invalid", "field": "url"}, theirs
+            continue
+        assert mine == theirs, f"{name}: {first_difference(mine, theirs)}"
+    errors = [(n, out) for n, out in local.log if isinstance(out, dict) and "field" in out]
+    # The script's deliberate refusals, and nothing else.
+    assert errors == [
+        ("add_artifact", {"error": "invalid", "field": "source"}),
+        ("register_pair", {"error": "invalid", "field": "k"}),
+        ("export_serving", {"error": "invalid", "field": "target"}),  # local files: not pinned
+    ], errors
+
+
+def test_every_decorated_service_is_declared() -> None:
+    assert set(DECORATED) == set(BY_NAME), set(DECORATED) ^ set(BY_NAME)
+
+
+def test_typed_interface_is_current() -> None:
+    assert generate.main(["--check"]) == 0, "run python -m registry.contract.generate"
+
+
+def test_every_v1_route_comes_from_a_declaration() -> None:
+    app = create_app(Settings(database_url="sqlite:///:memory:"))
+    declared = {(op.method, op.path) for op in OPERATIONS if op.path}
+    declared |= {("GET", op.path) for op in OPERATIONS if op.also_get}
+    serving = {("POST", "/v1/completions"), ("POST", "/v1/chat/completions")}
+    for route in iter_routes(app):
+        if not route.path.startswith("/v1/"):
+            continue
+        for method in route.methods - {"HEAD"}:
+            assert (method, route.path) in declared | serving, (method, route.path)
