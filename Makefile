@@ -30,12 +30,14 @@ run: venv
 test: lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-## ruff, the import-layering contracts, and the generated operation interface is current.
+## ruff, the import-layering contracts, the generated operation interface is current, and
+## the CLI type-checks against it (mypy).
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/python -m registry.contract.generate --check
+	$(BIN)/mypy
 
 bench-hash: venv
 	$(BIN)/python bench/hash_bench.py

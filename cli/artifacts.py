@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import typer
 
 from cli.backend import get_backend
 from cli.render import console, kv, print_json, short, table
 from registry.errors import InvalidInput
-from registry.records import ArtifactRecord, Provenance, SignatureIn
+from registry.records import ArtifactRecord, Provenance, Role, SignatureIn
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -117,8 +118,8 @@ def add(
         )
     with console.status("hashing…"):
         result = get_backend().add_artifact(
-            source=source, name=name, role=role, provenance=provenance, signature=sig,
-            policy=policy,
+            source=source, name=name, role=cast(Role, role), provenance=provenance,
+            signature=sig, policy=policy,
         )  # fmt: skip
     if json_out:
         print_json(result)
@@ -158,7 +159,9 @@ def list_(
     json_out: bool = JSON,
 ) -> None:
     """List artifacts."""
-    page = get_backend().list_artifacts(lineage=lineage, role=role, limit=limit, cursor=cursor)
+    page = get_backend().list_artifacts(
+        lineage=lineage, role=cast(Role | None, role), limit=limit, cursor=cursor
+    )
     if json_out:
         print_json(page)
         return

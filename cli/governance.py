@@ -23,6 +23,7 @@ from cli.render import console, err_console, kv, print_json, short, table
 from registry.contract.interface import Backend
 from registry.errors import InvalidInput
 from registry.jobloop import record_validation_run
+from registry.records_governance import ValidateResult, ValidationRecord
 
 JSON = typer.Option(False, "--json", help="Machine-readable output.")
 
@@ -106,16 +107,20 @@ def validate(
     backend = get_backend()
     name, text = _policy_args(policy)
     runner_version, suite_digest = _local_identity(backend, name, text, deployment)
-    kwargs = {
-        "ref": pair,
-        "policy": name,
-        "policy_text": text,
-        "deployment": deployment,
-        "runner_version": runner_version,
-        "suite_digest": suite_digest,
-    }
-    res = backend.validate_pair(**kwargs)
+
+    def ask() -> ValidateResult:
+        return backend.validate_pair(
+            ref=pair,
+            policy=name,
+            policy_text=text,
+            deployment=deployment,
+            runner_version=runner_version,
+            suite_digest=suite_digest,
+        )
+
+    res = ask()
     if res.state == "queued":
+        assert res.job is not None
         if not wait:
             if json_out:
                 print_json(res)
@@ -127,11 +132,11 @@ def validate(
             raise InvalidInput(f"measurement job {job.id} failed: {job.error}", field="pair")
         vid = (job.result or {}).get("validation_id")
         same = (job.args.get("validate") or {}).get("deployment") == deployment
+        validation: ValidationRecord | None
         if vid is not None and same:
             validation = backend.get_validation(id=vid)
         else:
-            res = backend.validate_pair(**kwargs)
-            validation = res.validation
+            validation = ask().validation
     else:
         validation = res.validation
     assert validation is not None

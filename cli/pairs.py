@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import typer
 
 from cli.backend import get_backend
 from cli.render import console, kv, print_json, short, table
+from registry.lifecycle import PairStatus
+from registry.methods import Method
 from registry.records import PairRecord
 from registry.services.pairs import parse_set_options
 
@@ -55,7 +59,7 @@ def register(
     result = get_backend().register_pair(
         target=target,
         draft=draft,
-        method=method,
+        method=cast(Method, method),  # the backend checks it against the contract
         k=k,
         options=parse_set_options(set_),
         strict=strict,
@@ -93,7 +97,11 @@ def list_(
 ) -> None:
     """List pairs."""
     page = get_backend().list_pairs(
-        target=target, status=status, method=method, limit=limit, cursor=cursor
+        target=target,
+        status=cast(PairStatus | None, status),
+        method=cast(Method | None, method),
+        limit=limit,
+        cursor=cursor,
     )
     if json_out:
         print_json(page)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import typer
 
@@ -32,7 +32,9 @@ requests_app = typer.Typer(
 
 
 def _export(engine: str, deployment: str, json_out: bool) -> None:
-    result = get_backend().export_serving(deployment=deployment, engine=engine)
+    result = get_backend().export_serving(
+        deployment=deployment, engine=cast(Literal["vllm", "sglang"], engine)
+    )
     if json_out:
         print_json(result)
         return

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import typer
 
 from cli.backend import get_backend
 from cli.render import console, print_json, table
+from registry.roles import TokenRole
 
 app = typer.Typer(no_args_is_help=True)
 JSON = typer.Option(False, "--json", help="Machine-readable output.")
@@ -18,7 +21,7 @@ def create(
     json_out: bool = JSON,
 ) -> None:
     """Create a token; its secret is printed once and never stored."""
-    created = get_backend().create_token(name=name, role=role)
+    created = get_backend().create_token(name=name, role=cast(TokenRole, role))
     if json_out:
         print_json(created)
         return

@@ -6,19 +6,26 @@ measurements ran the same prompts, so each category compares the two on the same
 * effect: ``α_candidate − α_baseline`` where each α is the ratio of sums
   ``accepted / (accepted + rejections)`` over the category's prompts (the α the registry
   reports), plus the mean of per-prompt differences for reference;
-* interval: a paired bootstrap over prompts (the same resampled prompts for both sides);
+* interval: a paired percentile bootstrap over prompts (the same resampled prompts for both
+  sides), ``scipy.stats.bootstrap(paired=True, method="percentile")``;
 * p-value: a paired permutation test (swap the two measurements of a prompt at random), one
-  sided for a drop. Under "nothing changed" the two measurements of a prompt are
-  exchangeable, so the test holds its level whatever the per-prompt distribution;
+  sided for a drop, ``scipy.stats.permutation_test(permutation_type="samples",
+  alternative="less")``. Under "nothing changed" the two measurements of a prompt are
+  exchangeable, so the test holds its level whatever the per-prompt distribution. When the
+  resample count covers all 2^n arrangements scipy enumerates them (an exact p-value);
 * Holm's step-down correction across categories keeps the family-wise error at the
   policy's significance level.
 
 A category drifts when its drop exceeds the policy margin *and* its Holm-adjusted p-value is
 below the significance level: big enough to matter and unlikely to be noise.
+
+scipy is imported inside the functions that use it: the CLI and API import this module at
+start-up, and ``scipy.stats`` costs about half a second there.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -85,26 +92,85 @@ def paired_effect(
     ok = ~(np.isnan(pb) | np.isnan(pc))
     mean_prompt = float(np.mean(pc[ok] - pb[ok])) if ok.any() else None
 
+    if n == 1:
+        # scipy needs two prompts. With one, every resample is that prompt, and the only
+        # other arrangement is the swap, which negates the effect: exactly p = 1/2 for a drop.
+        p1 = 1.0 if diff >= 0 else 0.5
+        return CategoryEffect(category, n, a_b, a_c, diff, mean_prompt, diff, diff, p1)
+    # one generator, bootstrap first: scipy draws the resampled prompts with the same call
+    # the earlier hand-written bootstrap made, so intervals stored before stay reproducible
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, n, size=(n_boot, n))
-    boot = _alpha(c[idx, 0], c[idx, 1]) - _alpha(b[idx, 0], b[idx, 1])
-    boot = boot[~np.isnan(boot)]
-    lo, hi = (
-        (float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975)))
-        if boot.size
-        else (None, None)
-    )
+    lo, hi = _bootstrap_interval(b, c, n_boot, rng)
+    p = _permutation_p(b, c, n_boot, rng)
+    return CategoryEffect(category, n, a_b, a_c, diff, mean_prompt, lo, hi, p)
 
-    # Permutation: swap the pair of measurements of each prompt with probability 1/2.
-    swap = rng.random((n_boot, n)) < 0.5
-    acc_c = np.where(swap, b[:, 0], c[:, 0])
-    rej_c = np.where(swap, b[:, 1], c[:, 1])
-    acc_b = np.where(swap, c[:, 0], b[:, 0])
-    rej_b = np.where(swap, c[:, 1], b[:, 1])
-    perm = _alpha(acc_c, rej_c) - _alpha(acc_b, rej_b)
-    # One-sided (a drop), with the observed statistic counted once: never exactly zero.
-    p = float((1 + np.sum(perm <= diff + 1e-12)) / (1 + perm.size))
-    return CategoryEffect(category, n, a_b, a_c, diff, mean_prompt, lo, hi, min(p, 1.0))
+
+def _effect(
+    b_acc: np.ndarray, b_rej: np.ndarray, c_acc: np.ndarray, c_rej: np.ndarray, axis: int = -1
+) -> np.ndarray:
+    """α(candidate) − α(baseline) over the last axis (scipy hands resamples that way)."""
+    return _alpha(c_acc, c_rej) - _alpha(b_acc, b_rej)
+
+
+def _bootstrap_interval(
+    b: np.ndarray, c: np.ndarray, n_boot: int, rng: np.random.Generator
+) -> tuple[float | None, float | None]:
+    """95% paired percentile bootstrap of the effect, resampling prompts.
+
+    A resample holding only prompts where nothing was verified has no α; such resamples are
+    left out of the percentiles rather than voiding the interval (scipy's quantile would
+    return NaN for all of it).
+    """
+    from scipy import stats
+
+    with warnings.catch_warnings(action="ignore", category=stats.DegenerateDataWarning):
+        res = stats.bootstrap(
+            (b[:, 0], b[:, 1], c[:, 0], c[:, 1]),
+            _effect,
+            paired=True,
+            vectorized=True,
+            n_resamples=n_boot,
+            method="percentile",
+            confidence_level=0.95,
+            rng=rng,
+        )
+    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    if np.isnan(lo) or np.isnan(hi):
+        dist = res.bootstrap_distribution[~np.isnan(res.bootstrap_distribution)]
+        if not dist.size:
+            return None, None
+        lo, hi = (float(q) for q in np.quantile(dist, [0.025, 0.975]))
+    return lo, hi
+
+
+def _permutation_p(b: np.ndarray, c: np.ndarray, n_perm: int, rng: np.random.Generator) -> float:
+    """One-sided (a drop) paired permutation p-value of the effect.
+
+    ``permutation_type="samples"`` exchanges the two observations of each pair, which is
+    swapping a prompt's baseline and candidate measurements. Each measurement is two numbers
+    (accepted, rejections) that must move together, so the samples handed to scipy are row
+    indices into the stacked counters: baseline rows ``0..n-1``, candidate rows ``n..2n-1``.
+    Randomised, the observed arrangement counts once (``(1 + hits) / (1 + n_perm)``, never
+    zero); exact when ``n_perm >= 2**n``.
+    """
+    from scipy import stats
+
+    n = len(b)
+    rows = np.concatenate([b, c])
+
+    def statistic(ib: np.ndarray, ic: np.ndarray, axis: int = -1) -> np.ndarray:
+        return _alpha(rows[ic, 0], rows[ic, 1]) - _alpha(rows[ib, 0], rows[ib, 1])
+
+    res = stats.permutation_test(
+        (np.arange(n), np.arange(n, 2 * n)),
+        statistic,
+        permutation_type="samples",
+        vectorized=True,
+        n_resamples=n_perm,
+        alternative="less",
+        rng=rng,
+    )
+    return min(float(res.pvalue), 1.0)
 
 
 def _nan_none(x: float) -> float | None:

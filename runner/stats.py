@@ -6,16 +6,19 @@ accepted / drafted`` (vLLM); ``tau`` = tokens emitted per decoding target call (
 included, prefill call excluded, 1.0 for plain decoding); ``expected_alpha`` = mean of
 beta = sum min(p, q) over verified positions (sampling only). Tokens within a prompt are
 correlated, so intervals come from
-a bootstrap over prompts (ratio of sums per resample), never from a binomial over tokens.
+a percentile bootstrap over prompts (ratio of sums per resample, ``scipy.stats.bootstrap``
+with ``paired=True``), never from a binomial over tokens.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
 COUNTER_FIELDS = (
     "target_calls",
@@ -59,21 +62,45 @@ def _ratio(num: float, den: float) -> float | None:
     return None if den == 0 else num / den
 
 
+def _ratio_of_sums(num: np.ndarray, den: np.ndarray, axis: int = -1) -> np.ndarray:
+    """sum(num) / sum(den) along ``axis``; NaN where the denominator is zero."""
+    nums, dens = num.sum(axis=axis), den.sum(axis=axis)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(dens > 0, nums / np.where(dens > 0, dens, 1), np.nan)
+
+
 def _ci(num: np.ndarray, den: np.ndarray, rng: np.random.Generator, n_boot: int) -> list:
-    """Percentile bootstrap of sum(num)/sum(den) resampling prompts with replacement."""
+    """95% percentile bootstrap of sum(num)/sum(den), resampling prompts with replacement.
+
+    Each call draws from the shared ``rng``, so the intervals of one summary are
+    reproducible for its seed. A resample whose denominator is zero (only prompts that never
+    reached what is counted) has no ratio; such resamples are left out of the percentiles
+    rather than voiding the interval (scipy's quantile would return NaN for all of it).
+    """
     n = len(num)
     if n == 0 or den.sum() == 0:
         return [None, None]
-    idx = rng.integers(0, n, size=(n_boot, n))
-    nums = num[idx].sum(axis=1)
-    dens = den[idx].sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        vals = np.where(dens > 0, nums / np.where(dens > 0, dens, 1), np.nan)
-    vals = vals[~np.isnan(vals)]
-    if len(vals) == 0:
-        return [None, None]
-    lo, hi = np.percentile(vals, [2.5, 97.5])
-    return [float(lo), float(hi)]
+    if n == 1:  # scipy needs two observations; every resample of one prompt is that prompt
+        v = float(num[0] / den[0])
+        return [v, v]
+    with warnings.catch_warnings(action="ignore", category=stats.DegenerateDataWarning):
+        res = stats.bootstrap(
+            (num, den),
+            _ratio_of_sums,
+            paired=True,
+            vectorized=True,
+            n_resamples=n_boot,
+            method="percentile",
+            confidence_level=0.95,
+            rng=rng,
+        )
+    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    if np.isnan(lo) or np.isnan(hi):
+        vals = res.bootstrap_distribution[~np.isnan(res.bootstrap_distribution)]
+        if not vals.size:
+            return [None, None]
+        lo, hi = (float(q) for q in np.percentile(vals, [2.5, 97.5]))
+    return [lo, hi]
 
 
 def summarize_group(

@@ -35,7 +35,9 @@ def _two_pairs(url: str, tmp: Path) -> tuple[str, str]:
     for digest, seed in ((a, 1), (b, 2)):
         store(url, digest, synthetic_result({"code": 0.8, "prose": 0.7}, seed=seed))
         with session_scope(url) as s:
-            res = validation.validate_pair(s, ref=digest, policy="test", actor=ACTOR)
+            res = validation.validate_pair(
+                s, ref=digest, policy="test", runner_version="test-1", actor=ACTOR
+            )
             assert res.state == "done" and res.validation and res.validation.passed
             assert res.pair_status == "validated"
     with session_scope(url) as s:
@@ -103,7 +105,9 @@ def test_low_alpha_fails_gates(db_url: str, tmp_path: Path) -> None:
     a = make_pair(db_url, t1, d1)
     store(db_url, a, synthetic_result({"code": 0.3, "prose": 0.8}))
     with session_scope(db_url) as s:
-        res = validation.validate_pair(s, ref=a, policy="test", actor=ACTOR)
+        res = validation.validate_pair(
+            s, ref=a, policy="test", runner_version="test-1", actor=ACTOR
+        )
     assert res.validation is not None and not res.validation.passed
     failed = {g.name for g in res.validation.gates if not g.passed}
     assert failed == {"alpha.code"}

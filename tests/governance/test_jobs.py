@@ -16,6 +16,7 @@ from tests.governance.helpers import (
     add_model,
     make_pair,
     put_test_policy,
+    store,
     synthetic_result,
 )
 
@@ -82,3 +83,29 @@ def test_failing_job_is_retried_then_failed(db_url: str, tmp_path: Path) -> None
         assert job is not None and job.state == "failed" and job.error == "boom 3"
         listed = jobs.list_jobs(s, state="failed")
         assert [j.id for j in listed.items] == [job_id]
+
+
+def test_validation_reuses_what_the_measuring_workers_would_reproduce(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Without a caller's runner version, reuse follows the workers taking jobs: none known
+    → queue; a live worker on another runner version → queue; one on the measurement's
+    version → reuse."""
+    put_test_policy(db_url)
+    t = add_model(db_url, tmp_path, "acme/target", "target", b"t1")
+    d = add_model(db_url, tmp_path, "acme/draft", "draft", b"d1")
+    digest = make_pair(db_url, t, d)
+    store(db_url, digest, synthetic_result({"code": 0.8, "prose": 0.7}))  # runner test-1
+
+    def validate() -> str:
+        with session_scope(db_url) as s:
+            return validation.validate_pair(s, ref=digest, policy="test", actor=ACTOR).state
+
+    assert validate() == "queued"  # no worker has ever reported a version
+    with session_scope(db_url) as s:
+        jobs.claim_job(s, worker="gpu-1", runner_version="test-2", kinds=["none"], actor=ACTOR)
+    assert validate() == "queued"  # the live worker would measure with another runner
+    with session_scope(db_url) as s:
+        jobs.claim_job(s, worker="gpu-2", runner_version="test-1", kinds=["none"], actor=ACTOR)
+        assert jobs.measuring_runner_versions(s, None) == ["test-1", "test-2"]
+    assert validate() == "done"

@@ -35,7 +35,9 @@ def test_watch_registers_moved_branch_and_queues_candidate(  # type: ignore[no-u
     store(url, digest, synthetic_result({"code": 0.8, "prose": 0.7}))
     with session_scope(url) as s:
         assert (
-            validation.validate_pair(s, ref=digest, policy="test", actor=ACTOR).pair_status
+            validation.validate_pair(
+                s, ref=digest, policy="test", runner_version="test-1", actor=ACTOR
+            ).pair_status
             == "validated"
         )
 
