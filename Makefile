@@ -6,7 +6,7 @@ PORT ?= 8000
 HOST ?= 127.0.0.1
 PYTEST_ARGS ?=
 
-.PHONY: run test venv lint bench-hash bench-runner bench-ingest demo clean
+.PHONY: run test venv lint bench-hash bench-runner bench-ingest bench-tlog demo clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,9 @@ bench-runner: venv
 
 bench-ingest: venv
 	$(BIN)/python bench/ingest_bench.py
+
+bench-tlog: venv
+	$(BIN)/python bench/tlog_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -9,7 +9,8 @@ import typer
 
 from cli.backend import get_backend
 from cli.render import console, kv, print_json, short, table
-from registry.records import ArtifactRecord, Provenance, Role
+from registry.errors import InvalidInput
+from registry.records import ArtifactRecord, Provenance, Role, SignatureIn
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -44,9 +45,28 @@ def show_artifact(art: ArtifactRecord) -> None:
             ("facts", art.facts),
             ("provenance", art.provenance.model_dump(exclude_none=True)),
             ("provenance missing", ", ".join(art.provenance_missing) or "nothing"),
+            ("signature", _signature_line(art.signature)),
             ("registered", f"{art.registered_at:%Y-%m-%d %H:%M:%S} by {art.registered_by}"),
         ],
     )
+
+
+def _signature_line(sig: dict | None) -> str:
+    if not sig:
+        return "unsigned"
+    line = f"{sig['kind']} signature by {sig['signer']}, subject {short(sig['subject_digest'])}"
+    if sig.get("root_fingerprint"):
+        line += f", CA {short(sig['root_fingerprint'].removeprefix('sha256:'))}"
+    return line
+
+
+def _read(path: Path | None, option: str) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise InvalidInput(f"{option} {path}: {exc}", field=option.lstrip("-")) from exc
 
 
 @app.command("add")
@@ -64,6 +84,18 @@ def add(
     ),
     training_code_revision: str | None = typer.Option(None, help="Training code commit."),
     attestation: list[str] = typer.Option([], help="key=value attestation (repeatable)."),
+    signature: Path | None = typer.Option(
+        None,
+        help="OpenSSF model signature to verify (default with --signer-key/--ca: "
+        "model.sig in the source directory).",
+    ),
+    signer_key: Path | None = typer.Option(None, help="PEM public key of a key signature."),
+    ca: list[Path] = typer.Option(
+        [], help="PEM CA certificate(s) of a certificate signature (repeatable)."
+    ),
+    policy: str | None = typer.Option(
+        None, help="Apply this policy's signature rules at registration."
+    ),
     json_out: bool = JSON,
 ) -> None:
     """Hash and register an artifact; identical content returns the existing record."""
@@ -77,10 +109,18 @@ def add(
         training_code_revision=training_code_revision,
         attestations=_parse_attestations(attestation),
     )
+    sig = None
+    if signature is not None or signer_key is not None or ca:
+        sig = SignatureIn(
+            path=str(signature.expanduser().resolve()) if signature else None,
+            public_key=_read(signer_key, "--signer-key"),
+            certificate_chain=[t for t in (_read(c, "--ca") for c in ca) if t],
+        )
     with console.status("hashing…"):
         result = get_backend().add_artifact(
-            source=source, name=name, role=cast(Role, role), provenance=provenance
-        )
+            source=source, name=name, role=cast(Role, role), provenance=provenance,
+            signature=sig, policy=policy,
+        )  # fmt: skip
     if json_out:
         print_json(result)
         return
@@ -91,6 +131,8 @@ def add(
         console.print(f"[yellow]target changed:[/] {art.lineage} has a new version v{art.version}")
     if art.provenance_missing:
         console.print(f"provenance missing: {', '.join(art.provenance_missing)}")
+    if art.signature:
+        console.print(_signature_line(art.signature))
 
 
 @app.command("show")

@@ -23,7 +23,9 @@ JSON = typer.Option(False, "--json", help="Machine-readable output.")
 
 export_app = typer.Typer(no_args_is_help=True, help="Serving-engine launch arguments.")
 telemetry_app = typer.Typer(no_args_is_help=True, help="Serving telemetry (vLLM metrics).")
-requests_app = typer.Typer(no_args_is_help=True, help="Request tags: ingest, partitions.")
+requests_app = typer.Typer(
+    no_args_is_help=True, help="Request tags: ingest, partitions, retention, archives."
+)
 
 
 # --- export -----------------------------------------------------------------------------
@@ -185,6 +187,92 @@ def requests_partitions(
         print_json(result)
         return
     console.print(result["detail"])
+
+
+@requests_app.command("retention")
+def requests_retention(
+    kind: str = typer.Option("request_tags", help="request_tags or audit_events."),
+    set_months: int | None = typer.Option(
+        None, "--set", help="Keep records this many months (at least 6); audited."
+    ),
+    json_out: bool = JSON,
+) -> None:
+    """How long records are kept before anything may delete them (at least six months)."""
+    b = get_backend()
+    rec = (
+        b.set_retention(kind=kind, months=set_months)  # type: ignore[arg-type]
+        if set_months is not None
+        else b.get_retention(kind=kind)  # type: ignore[arg-type]
+    )
+    if json_out:
+        print_json(rec)
+        return
+    console.print(
+        f"{rec.kind}: kept {rec.months} months; records before "
+        f"{rec.horizon:%Y-%m-%d} may be archived and dropped"
+    )
+
+
+@requests_app.command("archive")
+def requests_archive(
+    before: str = typer.Option(
+        ..., "--before", help="Archive whole batches served before this date."
+    ),
+    to: Path = typer.Option(..., "--to", help="A new or empty directory for the archive."),
+    purge: bool = typer.Option(
+        False, "--purge", help="After verifying it, delete the archived rows (past retention)."
+    ),
+    json_out: bool = JSON,
+) -> None:
+    """Write request tags to a verifiable archive (JSONL + manifest); optionally purge."""
+    from datetime import date
+
+    try:
+        day = date.fromisoformat(before)
+    except ValueError as exc:
+        raise InvalidInput(
+            f"--before {before!r} is not a date (YYYY-MM-DD)", field="before"
+        ) from exc
+    with console.status("archiving…"):
+        r = get_backend().archive_requests(
+            before=day, directory=str(to.expanduser().resolve()), purge=purge
+        )
+    if json_out:
+        print_json(r)
+        return
+    console.print(
+        f"archived {r.requests} request(s) in {r.batches} batch(es) to {r.directory} "
+        f"(root {short(r.manifest['merkle_root'])}, manifest {short(r.manifest_sha256)}); "
+        + (f"purged, dropped {r.dropped_partitions or 'no partitions'}" if r.purged else "kept")
+    )
+
+
+@requests_app.command("archived")
+def requests_archived(
+    directory: Path = typer.Argument(..., help="An archive written by `requests archive`."),
+    request_id: str = typer.Argument(..., help="The request to reconstruct."),
+    json_out: bool = JSON,
+) -> None:
+    """Reconstruct an archived request from its archive (verifying the archive first)."""
+    r = get_backend().get_archived_request(directory=str(directory), request_id=request_id)
+    if json_out:
+        print_json(r)
+    else:
+        kv(
+            f"archived request {request_id}",
+            [
+                ("tag", r["tag"]),
+                ("tag digest", r["tag_digest"]),
+                ("batch", f"{r['batch']['batch_id']} (audit event {r['batch']['audit_seq']})"),
+                ("pair", (r.get("pair") or {}).get("pair_digest")),
+                ("archive", "verified" if r["ok"] else "FAILED"),
+            ],
+        )
+        for c in r["checks"]:
+            if not c["ok"]:
+                console.print(f"FAILED {c['name']}: {c['detail']}")
+    if not r["ok"]:
+        raise typer.Exit(1)
 
 
 # --- audit ------------------------------------------------------------------------------

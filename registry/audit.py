@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
+from registry import audit_tree
 from registry.canonical import canonical_json, sha256_hex
 from registry.errors import InvalidInput
 from registry.models import AuditEvent, utcnow
@@ -90,9 +91,11 @@ def append_event(
         prev_hash=prev_hash,
         chain_hash="",
     )
-    event.chain_hash = chain_step(prev_hash, event_body(event))
+    body = event_body(event)
+    event.chain_hash = chain_step(prev_hash, body)
     session.add(event)
     session.flush()
+    audit_tree.append_leaf(session, seq, body)
     return event
 
 

@@ -1,8 +1,9 @@
 """Offline verification of an audit bundle: no database, no server, no registry state.
 
-Imports only the stdlib, ``cryptography`` and the two pure hashing modules
-(``registry.canonical``, ``registry.manifest``), so an auditor can run it on a copy of the
-code and a bundle file alone. What it checks, in order, and the reason it gives on failure:
+Imports only the stdlib, ``cryptography`` and the pure hashing modules
+(``registry.canonical``, ``registry.manifest``, ``registry.merkle``,
+``registry.signed_note``), so an auditor can run it on a copy of the code and a bundle file
+alone. What it checks, in order, and the reason it gives on failure:
 
 1. every artifact's manifest digest, recomputed from its manifest entries;
 2. the pair digest, recomputed from both manifest digests and the config;
@@ -11,6 +12,8 @@ code and a bundle file alone. What it checks, in order, and the reason it gives 
 5. the audit chain segment: contiguous sequence numbers, every ``prev_hash`` link and
    every ``chain_hash`` recomputed, ending at the checkpoint's head hash;
 6. the checkpoint's Ed25519 signature (and, if given, that its key is the one you trust);
+6b. when the bundle has ``log``: the C2SP checkpoint of the audit log's Merkle tree and each
+   cited event's inclusion proof in it (and that the proven event is the chained one);
 7. that the events in the segment say what the bundle says: the artifacts were added with
    those manifest digests, the pair registered with that digest, the batch event carries
    that Merkle root, the promotion moved the deployment to that pair;
@@ -34,6 +37,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from registry import merkle, signed_note
 from registry.canonical import canonical_json, digest_of, sha256_hex
 from registry.manifest import (
     ManifestError,
@@ -442,6 +446,58 @@ def _check_weights(report: BundleReport, pair: dict[str, Any], weights: list[str
         )
 
 
+def _check_log(
+    report: BundleReport,
+    bundle: dict[str, Any],
+    by_seq: dict[int, dict[str, Any]],
+    trusted_key_pem: str | None,
+) -> None:
+    """The cited events prove into the log's signed Merkle-tree checkpoint, and each proven
+    leaf is the event the chain segment holds."""
+    log = bundle["log"]
+    try:
+        verifier = signed_note.Verifier.parse(log["verifier_key"])
+        cp, _ = signed_note.open_checkpoint(log["checkpoint"], verifier)
+    except (signed_note.NoteError, KeyError) as exc:
+        report.add("log checkpoint", False, f"checkpoint does not verify: {exc}")
+        return
+    report.add("log checkpoint", True, f"{cp.origin} signed size {cp.size}")
+    if trusted_key_pem is not None:
+        try:
+            trusted = serialization.load_pem_public_key(trusted_key_pem.encode())
+            same = (
+                isinstance(trusted, Ed25519PublicKey)
+                and signed_note.raw_public(trusted) == verifier.public
+            )
+        except ValueError:
+            same = False
+        report.add(
+            "log checkpoint key",
+            same,
+            "signed by the trusted key" if same else "signed by a different key",
+        )
+    bad = []
+    for seq_text, entry in sorted(log["events"].items(), key=lambda kv: int(kv[0])):
+        seq = int(seq_text)
+        data = entry["leaf_data"]
+        leaf = merkle.leaf_hash(data.encode("utf-8"))
+        path = [bytes.fromhex(h) for h in entry["path"]]
+        body = json.loads(data)
+        if body.get("seq") != seq or not merkle.verify_inclusion(
+            leaf, seq - 1, cp.size, path, cp.root
+        ):
+            bad.append(f"event {seq} does not prove into the checkpoint")
+            continue
+        chained = by_seq.get(seq)
+        if chained is not None and any(body.get(k) != chained.get(k) for k in body):
+            bad.append(f"event {seq} in the tree differs from the chain segment's")
+    report.add(
+        "log inclusion",
+        not bad,
+        "; ".join(bad) if bad else f"{len(log['events'])} cited events are in the signed log",
+    )
+
+
 def verify_bundle(
     bundle: dict[str, Any],
     *,
@@ -461,6 +517,8 @@ def verify_bundle(
         _check_signature(report, bundle["checkpoint"], trusted_public_key)
         if by_seq:
             _check_events(report, bundle, by_seq)
+        if "log" in bundle:
+            _check_log(report, bundle, by_seq, trusted_public_key)
         if weights:
             _check_weights(report, bundle["pair"], weights)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -42,7 +42,12 @@ DEFAULTS: dict[str, Any] = {
         "first_tokens": 32,
         "max_divergence_rate": 0.0,
     },
-    "provenance": {"required": []},
+    "provenance": {
+        "required": [],
+        "require_signature": False,
+        "allowed_signers": [],
+        "trusted_roots": [],
+    },
     "drafter": {"declared_target_must_match": True},
     "drift": {"margin": 0.05, "significance": 0.05, "bootstrap": 2000},
 }
@@ -123,6 +128,8 @@ def _check(policy: dict[str, Any]) -> None:
         ("suite", "categories"),
         ("lossy", "adversarial_categories"),
         ("provenance", "required"),
+        ("provenance", "allowed_signers"),
+        ("provenance", "trusted_roots"),
     ):
         value = policy[section][key]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -146,9 +153,22 @@ def _check(policy: dict[str, Any]) -> None:
                 field=f"alpha.category_min.{cat}",
             )
         floors[cat] = float(value)
-    for key in ("allowed",):
-        if not isinstance(policy["lossy"][key], bool):
-            raise InvalidInput(f"lossy.{key} must be true or false", field=f"lossy.{key}")
+    for section, key in (("lossy", "allowed"), ("provenance", "require_signature")):
+        if not isinstance(policy[section][key], bool):
+            raise InvalidInput(f"{section}.{key} must be true or false", field=f"{section}.{key}")
+    for key in ("allowed_signers", "trusted_roots"):
+        for entry in policy["provenance"][key]:
+            if not entry.strip():
+                raise InvalidInput(
+                    f"provenance.{key} has an empty entry", field=f"provenance.{key}"
+                )
+    for entry in policy["provenance"]["trusted_roots"]:
+        if not (entry.startswith("sha256:") and len(entry) == 71):
+            raise InvalidInput(
+                f"provenance.trusted_roots entry {entry!r} must be sha256:<64 hex> (the CA "
+                "certificate's DER fingerprint)",
+                field="provenance.trusted_roots",
+            )
     if not isinstance(policy["drafter"]["declared_target_must_match"], bool):
         raise InvalidInput(
             "drafter.declared_target_must_match must be true or false",
@@ -162,8 +182,21 @@ def applicable_policy_name(asked: str | None, deployment_policy: str | None) -> 
     return asked or deployment_policy or DEFAULT_POLICY_NAME
 
 
+# Keys added after policies were first stored: left out of the digest while at their
+# default, so a policy that does not use them keeps the identity it had before.
+_DIGEST_OMIT_IF_DEFAULT = (
+    ("provenance", "require_signature"),
+    ("provenance", "allowed_signers"),
+    ("provenance", "trusted_roots"),
+)
+
+
 def policy_digest(parsed: dict[str, Any]) -> str:
-    return digest_of(parsed)
+    trimmed = deepcopy(parsed)
+    for section, key in _DIGEST_OMIT_IF_DEFAULT:
+        if trimmed.get(section, {}).get(key) == DEFAULTS[section][key]:
+            trimmed[section].pop(key, None)
+    return digest_of(trimmed)
 
 
 def default_policy_text() -> str:

@@ -73,6 +73,26 @@ class Provenance(BaseModel):
     attestations: dict[str, Any] = Field(default_factory=dict)
 
 
+class SignatureIn(BaseModel):
+    """An OpenSSF model-signing signature to verify at registration (offline: key or
+    certificate signatures)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str | None = Field(
+        default=None,
+        description="The signature file (a path the server can read); default: model.sig "
+        "in the artifact's directory.",
+    )
+    public_key: str | None = Field(
+        default=None, description="PEM public key, for a signature made with a key."
+    )
+    certificate_chain: list[str] = Field(
+        default_factory=list,
+        description="PEM CA certificate(s), for a signature made with a certificate.",
+    )
+
+
 class ManifestEntry(BaseModel):
     path: str
     size: int
@@ -114,10 +134,18 @@ class ArtifactRecord(BaseModel):
     facts: dict[str, Any]
     provenance: Provenance
     provenance_missing: list[str]
+    signature: dict[str, Any] | None = Field(
+        default=None,
+        description="The verified model signature: kind, signer, identities, key and root "
+        "fingerprints, in-toto subject digest.",
+    )
     registered_by: str
     registered_at: datetime
     manifest: list[ManifestEntry] | None = Field(
         default=None, description="Present on single-artifact reads, omitted in lists."
+    )
+    signature_bundle: str | None = Field(
+        default=None, description="The signature file, verbatim (single-artifact reads)."
     )
 
 

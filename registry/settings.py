@@ -32,6 +32,11 @@ class Settings(BaseSettings):
         description="MLflow tracking URI; MLFLOW_TRACKING_URI or a local store by default.",
     )
     hash_workers: int | None = Field(default=None, description="Threads for file hashing.")
+    log_origin: str | None = Field(
+        default=None,
+        description="Origin line (and key name) of the audit log's C2SP checkpoints; "
+        "pairreg/audit/<16 hex of the signing key's SHA-256> by default.",
+    )
 
     @property
     def home_dir(self) -> Path:

@@ -8,7 +8,7 @@ a type checker sees any call that no longer matches an operation.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, Literal, Protocol
 
 from registry.methods import Method
@@ -38,6 +38,7 @@ from registry.records import (
     PairStatus,
     Provenance,
     Role,
+    SignatureIn,
     TokenCreated,
     TokenRecord,
     VerifyReport,
@@ -65,6 +66,15 @@ from registry.records_requests import (
     TagIn,
     TelemetryResult,
 )
+from registry.records_trust import (
+    ArchiveResult,
+    ConsistencyProofRecord,
+    InclusionProofRecord,
+    LogCheckpointRecord,
+    RetentionKind,
+    RetentionRecord,
+    TreeVerifyResult,
+)
 from registry.roles import TokenRole
 
 
@@ -76,7 +86,14 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
     def add_artifact(
-        self, *, source: str, name: str, role: Role, provenance: Provenance | None = ...
+        self,
+        *,
+        source: str,
+        name: str,
+        role: Role,
+        provenance: Provenance | None = ...,
+        signature: SignatureIn | None = ...,
+        policy: str | None = ...,
     ) -> ArtifactAddResult:
         """Register an artifact (idempotent by content)."""
         ...
@@ -166,6 +183,46 @@ class Backend(Protocol):
 
     def create_audit_checkpoint(self) -> Checkpoint:
         """Sign the current head."""
+        ...
+
+    def prove_inclusion(self, *, seq: int, tree_size: int | None = ...) -> InclusionProofRecord:
+        """Inclusion proof of one audit event in the Merkle tree of the log (RFC 9162)."""
+        ...
+
+    def prove_consistency(
+        self, *, old_size: int, new_size: int | None = ...
+    ) -> ConsistencyProofRecord:
+        """Consistency proof between two sizes of the log (RFC 9162)."""
+        ...
+
+    def sign_log_checkpoint(self) -> LogCheckpointRecord:
+        """Sign a C2SP checkpoint of the log (only if it extends the last one signed)."""
+        ...
+
+    def get_log_checkpoint(self, *, tree_size: int | None = ...) -> LogCheckpointRecord:
+        """The newest signed checkpoint (or the one at tree_size), as a witness fetches it."""
+        ...
+
+    def verify_audit_tree(self, *, checkpoint: str | None = ...) -> TreeVerifyResult:
+        """Recompute the Merkle tree from the events (and check it extends a checkpoint)."""
+        ...
+
+    def get_retention(self, *, kind: RetentionKind = ...) -> RetentionRecord:
+        """How long records are kept, and the horizon before which they may go."""
+        ...
+
+    def set_retention(self, *, kind: RetentionKind, months: int) -> RetentionRecord:
+        """Change a retention period (at least six months)."""
+        ...
+
+    def archive_requests(self, *, before: date, directory: str, purge: bool = ...) -> ArchiveResult:
+        """Archive whole ingest batches served before a date; optionally purge past retention."""
+        ...
+
+    def get_archived_request(
+        self, *, directory: str, request_id: str, trusted_key: str | None = ...
+    ) -> dict[str, Any]:
+        """Reconstruct an archived request from its archive (verified first)."""
         ...
 
     def create_token(self, *, name: str, role: TokenRole) -> TokenCreated:

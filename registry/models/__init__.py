@@ -1,7 +1,13 @@
 """All ORM tables; importing this package registers every table on ``Base.metadata``."""
 
 from registry.models.artifacts import Artifact, Lineage, Pair
-from registry.models.audit import ApiToken, AuditEvent
+from registry.models.audit import (
+    ApiToken,
+    AuditEvent,
+    AuditTreeNode,
+    LogCheckpoint,
+    RetentionPolicy,
+)
 from registry.models.base import Base, UTCDateTime, utcnow
 from registry.models.governance import (
     Deployment,
@@ -19,18 +25,21 @@ __all__ = [
     "ApiToken",
     "Artifact",
     "AuditEvent",
+    "AuditTreeNode",
     "Base",
     "Deployment",
     "DeploymentEvent",
     "DriftFlag",
     "Job",
     "Lineage",
+    "LogCheckpoint",
     "Measurement",
     "Pair",
     "Policy",
     "RequestBatch",
     "RequestId",
     "RequestTag",
+    "RetentionPolicy",
     "TelemetrySample",
     "UTCDateTime",
     "Validation",

@@ -59,6 +59,10 @@ class Artifact(Base):
     vocab_size: Mapped[int | None] = mapped_column(Integer)
     facts: Mapped[dict[str, Any]] = mapped_column(JSON)
     provenance: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # A verified OpenSSF model-signing signature: who signed, the in-toto subject digest,
+    # and the signature file itself (a Sigstore bundle, kept verbatim for re-verification).
+    signature: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    signature_bundle: Mapped[str | None] = mapped_column(Text)
     registered_by: Mapped[str] = mapped_column(String(200))
     registered_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 

@@ -1,10 +1,11 @@
-"""The append-only, hash-chained audit log and the API tokens whose holders appear in it."""
+"""The append-only, hash-chained audit log, its Merkle tree and signed checkpoints, the
+retention policy, and the API tokens whose holders appear in the log."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Index, Integer, String, Text
+from sqlalchemy import BigInteger, Index, Integer, LargeBinary, SmallInteger, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from registry.models.base import Base, UTCDateTime, utcnow
@@ -28,6 +29,51 @@ class AuditEvent(Base):
     payload: Mapped[str] = mapped_column(Text)
     prev_hash: Mapped[str] = mapped_column(String(64))
     chain_hash: Mapped[str] = mapped_column(String(64))
+
+
+class AuditTreeNode(Base):
+    """One perfect subtree of the RFC 6962 tree over the audit events (see registry.merkle).
+
+    ``(level, idx)`` covers leaves ``[idx * 2**level, (idx + 1) * 2**level)``; leaf ``i`` is
+    event ``seq = i + 1``. Rows are written with the event that completes them, in the same
+    transaction, so proofs for any tree size read O(log² n) rows by primary key.
+    """
+
+    __tablename__ = "audit_tree"
+
+    level: Mapped[int] = mapped_column(SmallInteger, primary_key=True, autoincrement=False)
+    idx: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    hash: Mapped[bytes] = mapped_column(LargeBinary(32))
+
+
+class LogCheckpoint(Base):
+    """A checkpoint the log signed (C2SP signed note); the log never signs an inconsistent
+    one, so each new checkpoint is checked against the newest of these first."""
+
+    __tablename__ = "log_checkpoints"
+
+    tree_size: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    root_hash: Mapped[str] = mapped_column(String(64))
+    origin: Mapped[str] = mapped_column(String(200))
+    key_id: Mapped[str] = mapped_column(String(8))
+    note: Mapped[str] = mapped_column(Text)
+    signed_by: Mapped[str] = mapped_column(String(200))
+    signed_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class RetentionPolicy(Base):
+    """How long records of one kind must be kept before anything may delete them.
+
+    Read by the services that archive or drop records and by database triggers that refuse
+    a ``DELETE`` of a request tag younger than this, whoever issues it.
+    """
+
+    __tablename__ = "retention_policies"
+
+    kind: Mapped[str] = mapped_column(String(32), primary_key=True)
+    months: Mapped[int] = mapped_column(Integer)
+    updated_by: Mapped[str] = mapped_column(String(200))
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class ApiToken(Base):

@@ -15,8 +15,10 @@ from registry.services import (
     pairs,
     policies,
     requests,
+    retention,
     telemetry,
     tokens,
+    transparency,
     validation,
     watch,
 )
@@ -36,8 +38,10 @@ __all__ = [
     "pairs",
     "policies",
     "requests",
+    "retention",
     "telemetry",
     "tokens",
+    "transparency",
     "validation",
     "watch",
 ]

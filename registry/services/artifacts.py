@@ -6,6 +6,7 @@ registry's write lock) is held only for the few rows it inserts.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -14,7 +15,7 @@ from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry import hub, model_facts
+from registry import hub, model_facts, model_signature
 from registry.audit import append_event, lock_writes
 from registry.errors import Conflict, InvalidInput, NotFound, PairregError
 from registry.manifest import (
@@ -33,6 +34,7 @@ from registry.records import (
     Page,
     Provenance,
     Role,
+    SignatureIn,
     VerifyReport,
     from_row,
 )
@@ -180,6 +182,7 @@ def to_record(art: Artifact, *, with_manifest: bool = False) -> ArtifactRecord:
         ref=f"{art.lineage}@v{art.version}",
         provenance_missing=missing_provenance(art.provenance),
         manifest=art.manifest if with_manifest else None,
+        signature_bundle=art.signature_bundle if with_manifest else None,
     )
 
 
@@ -204,8 +207,15 @@ def add_artifact(
     provenance: Provenance | None = None,
     actor: str,
     hash_workers: int | None = None,
+    signature: SignatureIn | None = None,
+    policy: str | None = None,
 ) -> ArtifactAddResult:
-    """Register a directory or Hub revision; identical content returns the existing record."""
+    """Register a directory or Hub revision; identical content returns the existing record.
+
+    With ``signature``, an OpenSSF model signature over the files is verified first and
+    recorded (refused: a digest that does not match, an unsigned extra file, a bad key or
+    chain). With ``policy``, that policy's signature rules apply here already.
+    """
     name = _check_name(name)
     if role not in ROLES:
         raise InvalidInput(f"role must be one of {', '.join(ROLES)}", field="role")
@@ -213,8 +223,11 @@ def add_artifact(
         hash_workers = get_settings().hash_workers
     content = _hash_source(source, hash_workers)
     described = _describe(content)
+    checked = _verify_signature(content, signature) if signature is not None else None
 
     lock_writes(session)
+    if policy is not None:
+        _enforce_signature_policy(session, policy, checked)
     provenance = _normalise_provenance(session, provenance or Provenance())
     lineage = session.get(Lineage, name)
     if lineage is not None and lineage.role != role:
@@ -231,6 +244,8 @@ def add_artifact(
         )
     )
     if existing is not None:
+        if checked is not None and existing.signature is None:
+            _attach_signature(session, existing, checked, actor)
         return ArtifactAddResult(artifact=to_record(existing), created=False)
 
     if lineage is None:
@@ -260,23 +275,28 @@ def add_artifact(
         vocab_size=described["vocab_size"],
         facts=described["facts"],
         provenance=provenance.model_dump(),
+        signature=checked.to_record() if checked else None,
+        signature_bundle=checked.bundle if checked else None,
         registered_by=actor,
     )
     session.add(art)
     session.flush()
+    payload: dict[str, Any] = {
+        "lineage": name,
+        "version": version,
+        "role": role,
+        "source": art.source,
+        "manifest_digest": art.manifest_digest,
+    }
+    if checked is not None:
+        payload["signature"] = _signature_event(checked)
     append_event(
         session,
         actor=actor,
         action="artifact.added",
         entity_type="artifact",
         entity_id=art.id,
-        payload={
-            "lineage": name,
-            "version": version,
-            "role": role,
-            "source": art.source,
-            "manifest_digest": art.manifest_digest,
-        },
+        payload=payload,
     )
     target_changed = previous is not None and role == "target"
     if target_changed:
@@ -303,6 +323,74 @@ def add_artifact(
 
 # Governance subscribes here (re-measure candidate pairs) without this module importing it.
 TARGET_CHANGE_LISTENERS: list[Any] = []
+
+
+def _verify_signature(content: _Content, signature: SignatureIn) -> model_signature.SignatureCheck:
+    """Check the signature against the hashed files before anything is written."""
+    if content.content_dir is None:
+        raise InvalidInput(
+            "signature: the artifact's files are not available here to check it against",
+            field="signature",
+        )
+    if signature.path:
+        sig_path = Path(signature.path).expanduser()
+    else:
+        sig_path = content.content_dir / model_signature.DEFAULT_NAME
+    if not sig_path.is_file():
+        raise InvalidInput(f"signature: no signature file at {sig_path}", field="signature")
+    try:
+        return model_signature.verify(
+            content.content_dir,
+            sig_path,
+            public_key=signature.public_key,
+            certificate_chain=signature.certificate_chain,
+            manifest=content.manifest.entries,
+        )
+    except model_signature.SignatureError as exc:
+        raise InvalidInput(f"signature refused: {exc}", field="signature") from exc
+
+
+def _enforce_signature_policy(
+    session: Session, policy: str, checked: model_signature.SignatureCheck | None
+) -> None:
+    from registry.services.policies import load_policy  # policies is imported by validation
+
+    prov = load_policy(session, policy).parsed["provenance"]
+    why = model_signature.signer_refusal(
+        checked.to_record() if checked else None,
+        require=prov["require_signature"],
+        allowed=prov["allowed_signers"],
+        trusted_roots=prov["trusted_roots"],
+    )
+    if why is not None:
+        raise InvalidInput(f"signature refused by policy {policy}: {why}", field="signature")
+
+
+def _signature_event(checked: model_signature.SignatureCheck) -> dict[str, Any]:
+    return {
+        "kind": checked.kind,
+        "signer": checked.signer,
+        "key_fingerprint": checked.key_fingerprint,
+        "subject_digest": checked.subject_digest,
+        "bundle_sha256": hashlib.sha256(checked.bundle.encode()).hexdigest(),
+    }
+
+
+def _attach_signature(
+    session: Session, art: Artifact, checked: model_signature.SignatureCheck, actor: str
+) -> None:
+    """A signature arriving for content registered unsigned: recorded once, audited."""
+    art.signature = checked.to_record()
+    art.signature_bundle = checked.bundle
+    session.flush()
+    append_event(
+        session,
+        actor=actor,
+        action="artifact.signature_added",
+        entity_type="artifact",
+        entity_id=art.id,
+        payload={"manifest_digest": art.manifest_digest, "signature": _signature_event(checked)},
+    )
 
 
 def _offline_partial(session: Session, name: str, content: _Content) -> Artifact:

@@ -11,7 +11,10 @@ A bundle (format ``pairreg.audit-bundle/1``, checked by :mod:`registry.bundle_ve
   ingest events, and ``chain``: every audit event from the earliest of them up to a freshly
   signed checkpoint, with the ``prev_hash`` the segment starts from, so the verifier
   recomputes every link;
-* ``checkpoint`` (Ed25519, signed with the registry's audit key) and ``public_key``.
+* ``checkpoint`` (Ed25519, signed with the registry's audit key) and ``public_key``;
+* ``log``: a C2SP checkpoint of the audit log's Merkle tree and, for every cited event, its
+  exact leaf bytes and inclusion path (docs/transparency.md), so each cited event is proven
+  in log2(n) hashes against a checkpoint a witness may have co-signed.
 
 Size trade-off: the segment holds *all* events in its range, because a hash chain can only
 be checked link by link. In a registry that has ingested for months the range from an
@@ -30,8 +33,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry import audit
+from registry import audit, audit_tree
 from registry.bundle_verify import BUNDLE_FORMAT, merkle_path, merkle_root
+from registry.canonical import canonical_json
 from registry.errors import InvalidInput
 from registry.models import AuditEvent, RequestId
 from registry.services.base import operation
@@ -129,7 +133,7 @@ def build_bundle(
     digests = [d for _, d in leaves]
     index = ids.index(request_id)
     root = merkle_root(digests)
-    return {
+    bundle: dict[str, Any] = {
         "format": BUNDLE_FORMAT,
         "request_id": request_id,
         "tag": answer.tag.model_dump(mode="json"),
@@ -158,3 +162,23 @@ def build_bundle(
         "checkpoint": checkpoint,
         "public_key": checkpoint["public_key"],
     }
+    bundle["log"] = _log_proofs(session, cited, str(path))
+    return bundle
+
+
+def _log_proofs(session: Session, cited: dict[str, int], key_path: str) -> dict[str, Any]:
+    """The cited events' inclusion proofs in the log's Merkle tree, up to a C2SP
+    checkpoint: each event checks in log2(n) hashes, whatever the chain segment's length."""
+    from registry.services import transparency  # a sibling service
+
+    cp = transparency.sign_log_checkpoint(session, key_path=key_path, actor="system:bundle")
+    events = {}
+    for seq in sorted(set(cited.values())):
+        ev = session.get(AuditEvent, seq)
+        assert ev is not None
+        proof = audit_tree.inclusion_proof(session, seq - 1, cp.tree_size)
+        events[str(seq)] = {
+            "leaf_data": canonical_json(audit.event_body(ev)).decode("utf-8"),
+            "path": [h.hex() for h in proof.path],
+        }
+    return {"checkpoint": cp.note, "verifier_key": cp.verifier_key, "events": events}

@@ -8,6 +8,8 @@ Gates (each a row with what was required and what was measured):
   then ``lossy.adversarial``: at most ``max_divergence_rate`` of the adversarial prompts
   may diverge from the target's own greedy answer within the first ``first_tokens`` tokens.
 * ``provenance``: required provenance fields present on the target and the drafter.
+* ``signature``: with ``provenance.require_signature`` or ``allowed_signers``, both parts
+  carry a verified OpenSSF model signature from an allowed signer.
 * ``declared_target``: the drafter's own record of its intended target names this target.
 * ``alpha.max_drop``: α may fall at most ``max_drop`` below the deployment's live pair.
 * ``flags``: no open drift or integrity flag on the pair or its artifacts.
@@ -27,6 +29,7 @@ from sqlalchemy.orm import Session
 from registry import lifecycle
 from registry.audit import append_event
 from registry.errors import InvalidInput, NotFound
+from registry.model_signature import signer_refusal
 from registry.models import Deployment, DriftFlag, Job, Measurement, Pair, Policy, Validation
 from registry.params import Cursor, Id, Limit
 from registry.policy import applicable_policy_name, category_floor, measurement_settings
@@ -85,6 +88,34 @@ def _divergence_gate(policy: dict[str, Any], m: Measurement) -> GateResult:
         required=required,
         measured=f"{rate:.4f} ({diverged}/{len(rows)})",
         passed=rate <= lossy["max_divergence_rate"],
+    )
+
+
+def signature_gate(policy: dict[str, Any], pair: Pair) -> GateResult | None:
+    """``signature``: the target and the drafter carry a verified model signature from an
+    allowed signer, when the policy asks for signatures or names signers (else no gate)."""
+    prov = policy["provenance"]
+    require, allowed = prov["require_signature"], prov["allowed_signers"]
+    if not require and not allowed:
+        return None
+    parts = [("target", pair.target)] + ([("drafter", pair.drafter)] if pair.drafter else [])
+    refusals, signers = [], []
+    for role, art in parts:
+        why = signer_refusal(
+            art.signature, require=require, allowed=allowed, trusted_roots=prov["trusted_roots"]
+        )
+        if why is not None:
+            refusals.append(f"{role} {art.lineage}@v{art.version}: {why}")
+        elif art.signature is not None:
+            signers.append(f"{role} by {art.signature['signer']}")
+    wanted = "signed" if require else "if signed"
+    if allowed:
+        wanted += " by " + ", ".join(allowed)
+    return GateResult(
+        name="signature",
+        required=wanted,
+        measured="; ".join(refusals) if refusals else ("; ".join(signers) or "no signatures"),
+        passed=not refusals,
     )
 
 
@@ -186,6 +217,9 @@ def evaluate_gates(
                 passed=not missing,
             )
         )
+    sig_gate = signature_gate(p, pair)
+    if sig_gate is not None:
+        gates.append(sig_gate)
     if p["drafter"]["declared_target_must_match"]:
         mismatch = [w for w in pair.warnings if w.startswith(DECLARED_TARGET_WARNING)]
         gates.append(

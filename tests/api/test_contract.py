@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,17 @@ VOLATILE = {
     "entry_hash",
     "payload_digest",
     "hash",
+    # the transparency log: each registry has its own key (so origin and notes differ) and
+    # its own event times (so every root and path differs)
+    "note",
+    "origin",
+    "verifier_key",
+    "root_hash",
+    "old_root",
+    "new_root",
+    "leaf_data",
+    "path",
+    "horizon",
 }
 
 
@@ -238,6 +249,16 @@ def scenario(call: Recorder, models: dict[str, Path]) -> None:
     call("list_audit_events", action="pair.status_changed")
     call("verify_audit_chain")
     call("create_audit_checkpoint")
+    call("sign_log_checkpoint")
+    call("get_log_checkpoint")
+    call("prove_inclusion", seq=2)
+    call("prove_consistency", old_size=1)
+    call("verify_audit_tree")
+    call("get_retention")
+    call("set_retention", kind="request_tags", months=7)
+    # Embedded only (an archive is written where the command runs); last, as it adds events.
+    call("archive_requests", before=date(2027, 1, 1), directory=str(models["archive"]))
+    call("get_archived_request", directory=str(models["archive"]), request_id="r-1")
 
 
 @pytest.fixture
@@ -250,6 +271,7 @@ def models(tmp_path: Path) -> dict[str, Path]:
         "heads": write_fake_model(
             tmp_path / "models" / "h", weights=b"h", config_extra=SPECULATORS_EAGLE3
         ),
+        "archive": tmp_path / "archive",
     }
 
 

@@ -34,9 +34,11 @@ ARTIFACT_FIELDS = {
     "facts",
     "provenance",
     "provenance_missing",
+    "signature",
     "registered_by",
     "registered_at",
     "manifest",
+    "signature_bundle",
 }
 PAIR_FIELDS = {
     "id",

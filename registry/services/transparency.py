@@ -1,0 +1,276 @@
+"""The audit log as a transparency log: inclusion and consistency proofs, C2SP checkpoints.
+
+Proofs are computed from the stored subtrees (registry.audit_tree), so they cost the same
+at a million events as at a hundred. A checkpoint is signed only after the log has checked
+that it extends the newest checkpoint it signed before (a consistency proof from the stored
+tree) and that every leaf added since matches its event: a log must never sign two
+inconsistent checkpoints (c2sp.org/tlog-checkpoint).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Annotated
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from pydantic import Field
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from registry import audit, audit_tree, merkle, signed_note
+from registry.errors import Conflict, InvalidInput, NotFound
+from registry.models import AuditEvent, LogCheckpoint, utcnow
+from registry.records_trust import (
+    ConsistencyProofRecord,
+    InclusionProofRecord,
+    LogCheckpointRecord,
+    TreeVerifyResult,
+)
+from registry.services.base import operation
+from registry.settings import get_settings
+
+
+def _size_arg(session: Session, value: int | None, field: str, *, at_least: int = 0) -> int:
+    current = audit_tree.tree_size(session)
+    if value is None:
+        return current
+    if not at_least <= value <= current:
+        raise InvalidInput(
+            f"{field} must be between {at_least} and the log's size {current}, got {value}",
+            field=field,
+        )
+    return value
+
+
+@operation
+def prove_inclusion(
+    session: Session,
+    *,
+    seq: Annotated[int, Field(ge=1)],
+    tree_size: Annotated[int | None, Field(ge=1)] = None,
+) -> InclusionProofRecord:
+    """Audit path from event ``seq`` to the root of the tree of ``tree_size`` events
+    (default: the whole log now); check it against a checkpoint of that size."""
+    if seq < 1:
+        raise InvalidInput("seq must be at least 1", field="seq")
+    size = _size_arg(session, tree_size, "tree_size", at_least=1)
+    if seq > size:
+        raise NotFound(f"event {seq} is not in a tree of {size} events", field="seq")
+    event = session.get(AuditEvent, seq)
+    if event is None:
+        raise NotFound(f"no audit event {seq}", field="seq")
+    proof = audit_tree.inclusion_proof(session, seq - 1, size)
+    body = audit.event_body(event)
+    data = audit_tree.event_leaf_data(body)
+    return InclusionProofRecord(
+        seq=seq,
+        leaf_index=seq - 1,
+        tree_size=size,
+        event=body,
+        leaf_data=data.decode("utf-8"),
+        leaf_hash=merkle.leaf_hash(data).hex(),
+        path=[h.hex() for h in proof.path],
+        root_hash=proof.root.hex(),
+    )
+
+
+@operation
+def prove_consistency(
+    session: Session,
+    *,
+    old_size: Annotated[int, Field(ge=0)],
+    new_size: Annotated[int | None, Field(ge=0)] = None,
+) -> ConsistencyProofRecord:
+    """RFC 9162 consistency proof that the tree of ``new_size`` events (default: now)
+    extends the tree of ``old_size`` events."""
+    new = _size_arg(session, new_size, "new_size")
+    if not 0 <= old_size <= new:
+        raise InvalidInput(
+            f"old_size must be between 0 and {new}, got {old_size}", field="old_size"
+        )
+    proof = audit_tree.consistency_proof(session, old_size, new)
+    return ConsistencyProofRecord(
+        old_size=old_size,
+        new_size=new,
+        old_root=proof.old_root.hex(),
+        new_root=proof.new_root.hex(),
+        path=[h.hex() for h in proof.path],
+    )
+
+
+# --- checkpoints ------------------------------------------------------------------------
+
+
+def log_origin(public: bytes) -> str:
+    configured = get_settings().log_origin
+    if configured:
+        return signed_note.check_name(configured)
+    return f"pairreg/audit/{hashlib.sha256(public).hexdigest()[:16]}"
+
+
+def _log_key(key_path: str | None) -> tuple[Ed25519PrivateKey, signed_note.Verifier]:
+    path = Path(key_path) if key_path else get_settings().signing_key_path
+    if not path.exists():
+        raise InvalidInput(f"no signing key at {path}: run `pairreg init`", field="key")
+    key = audit.load_private_key(path)
+    return key, log_verifier(key.public_key())
+
+
+def log_verifier(public_key: Ed25519PublicKey) -> signed_note.Verifier:
+    """The log's checkpoint key: named by the origin, Ed25519 (0x01)."""
+    raw = signed_note.raw_public(public_key)
+    return signed_note.Verifier(log_origin(raw), signed_note.ED25519, raw)
+
+
+def _published_verifier() -> signed_note.Verifier | None:
+    """The log's verifier from the public key file written at ``pairreg init``."""
+    path = get_settings().public_key_path
+    if not path.exists():
+        return None
+    pub = serialization.load_pem_public_key(path.read_bytes())
+    return log_verifier(pub) if isinstance(pub, Ed25519PublicKey) else None
+
+
+def _record(row: LogCheckpoint, verifier: str, *, created: bool) -> LogCheckpointRecord:
+    return LogCheckpointRecord(
+        origin=row.origin,
+        tree_size=row.tree_size,
+        root_hash=row.root_hash,
+        note=row.note,
+        verifier_key=verifier,
+        signed_by=row.signed_by,
+        signed_at=row.signed_at,
+        created=created,
+    )
+
+
+def _check_new_leaves(session: Session, after: int, size: int) -> None:
+    """Every leaf stored since the last checkpoint is the hash of its event."""
+    stored = audit_tree.stream_level(session, 0, start=after)
+    recomputed = audit_tree.leaves_from_events(session, after_seq=after)
+    for index in range(after, size):
+        got, leaf = next(stored, None), next(recomputed, None)
+        if leaf is None or got != (index, leaf):
+            raise Conflict(
+                f"audit event {index + 1} does not match its stored leaf: the log was "
+                "altered; refusing to sign a checkpoint over it",
+                field="audit",
+            )
+
+
+@operation
+def sign_log_checkpoint(
+    session: Session, *, key_path: str | None = None, actor: str
+) -> LogCheckpointRecord:
+    """Sign a C2SP checkpoint of the whole log as it stands, after proving it extends the
+    newest checkpoint signed before. Signing the same size again returns that checkpoint."""
+    key, verifier = _log_key(key_path)
+    audit.lock_writes(session)
+    size = audit_tree.tree_size(session)
+    head = session.scalar(select(AuditEvent.seq).order_by(AuditEvent.seq.desc()).limit(1)) or 0
+    if head != size:
+        raise Conflict(
+            f"the audit tree covers {size} events but the log holds {head}: rebuild the tree",
+            field="audit",
+        )
+    root = audit_tree.root(session, size)
+    last = session.scalar(select(LogCheckpoint).order_by(LogCheckpoint.tree_size.desc()).limit(1))
+    if last is not None:
+        if last.tree_size > size:
+            raise Conflict(
+                f"the log has {size} events but checkpoint {last.tree_size} was signed: "
+                "events were removed; refusing to sign",
+                field="audit",
+            )
+        if last.tree_size == size:
+            if last.root_hash != root.hex():
+                raise Conflict(
+                    f"the tree of {size} events no longer has the root signed before: "
+                    "refusing to sign a second history",
+                    field="audit",
+                )
+            return _record(last, verifier.vkey, created=False)
+        proof = audit_tree.consistency_proof(session, last.tree_size, size)
+        if not merkle.verify_consistency(
+            last.tree_size, size, bytes.fromhex(last.root_hash), root, proof.path
+        ):
+            raise Conflict(
+                f"the log does not extend its checkpoint at size {last.tree_size}: "
+                "history was rewritten; refusing to sign",
+                field="audit",
+            )
+    _check_new_leaves(session, last.tree_size if last else 0, size)
+    text = signed_note.Checkpoint(verifier.name, size, root).text
+    note = signed_note.Note(text, [signed_note.sign(text, verifier.name, key)]).render()
+    row = LogCheckpoint(
+        tree_size=size,
+        root_hash=root.hex(),
+        origin=verifier.name,
+        key_id=verifier.key_id.hex(),
+        note=note,
+        signed_by=actor,
+        signed_at=utcnow(),
+    )
+    session.add(row)
+    session.flush()
+    return _record(row, verifier.vkey, created=True)
+
+
+@operation
+def get_log_checkpoint(
+    session: Session, *, tree_size: Annotated[int | None, Field(ge=0)] = None
+) -> LogCheckpointRecord:
+    """The newest signed checkpoint (or the one at ``tree_size``), as a witness fetches it."""
+    stmt = select(LogCheckpoint)
+    if tree_size is not None:
+        stmt = stmt.where(LogCheckpoint.tree_size == tree_size)
+    row = session.scalar(stmt.order_by(LogCheckpoint.tree_size.desc()).limit(1))
+    if row is None:
+        what = f"at size {tree_size}" if tree_size is not None else "yet"
+        raise NotFound(f"no checkpoint signed {what}", field="tree_size")
+    verifier = _published_verifier()
+    return _record(row, verifier.vkey if verifier else "", created=False)
+
+
+@operation
+def verify_audit_tree(session: Session, *, checkpoint: str | None = None) -> TreeVerifyResult:
+    """Recompute the whole tree from the events; with a checkpoint note, also check its
+    signature (with this log's key) and that the recomputed log extends it."""
+    report = audit_tree.verify_tree(session)
+    result = TreeVerifyResult(
+        ok=report.ok,
+        tree_size=report.size,
+        root_hash=report.root.hex() if report.ok else None,
+        first_bad_seq=report.first_bad_seq,
+        reason=report.reason,
+    )
+    if checkpoint is None:
+        return result
+    verifier = _published_verifier()
+    if verifier is None:
+        raise InvalidInput("no audit public key here to check the checkpoint with", field="key")
+    try:
+        cp, _ = signed_note.open_checkpoint(checkpoint, verifier)
+    except signed_note.NoteError as exc:
+        raise InvalidInput(f"checkpoint: {exc}", field="checkpoint") from exc
+    result.checkpoint_size = cp.size
+    if not report.ok:
+        result.checkpoint_ok, result.checkpoint_detail = False, "the tree itself does not verify"
+    elif cp.size > report.size:
+        result.checkpoint_ok = False
+        result.checkpoint_detail = (
+            f"checkpoint covers {cp.size} events, the log has only {report.size}: truncated"
+        )
+    else:
+        proof = audit_tree.consistency_proof(session, cp.size, report.size)
+        ok = merkle.verify_consistency(cp.size, report.size, cp.root, report.root, proof.path)
+        result.checkpoint_ok = ok
+        result.checkpoint_detail = (
+            f"the log ({report.size} events) extends the checkpoint at size {cp.size}"
+            if ok
+            else f"the log does not extend the checkpoint at size {cp.size}: history differs"
+        )
+    result.ok = result.ok and bool(result.checkpoint_ok)
+    return result
