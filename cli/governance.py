@@ -236,6 +236,58 @@ def deployment_show(name: str = typer.Argument(...), json_out: bool = JSON) -> N
         show_deployment(dep)
 
 
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+@deployment_app.command("online")
+def deployment_online(
+    name: str = typer.Argument(...),
+    bucket_seconds: int = typer.Option(3600, "--bucket", help="Bucket width, multiple of 300 s."),
+    json_out: bool = JSON,
+) -> None:
+    """Online α from served requests, and the sequential test against the validated α."""
+    view = get_backend().deployment_online_alpha(name=name, bucket_seconds=bucket_seconds)
+    if json_out:
+        print_json(view)
+        return
+    table(
+        f"online α on {view.deployment} (test: e-value ≥ 1/level raises a workload flag)",
+        ["pair", "live", "state", "validated", "online", "tested", "e-value", "level", "flag"],
+        [
+            [
+                short(m.pair_digest),
+                "yes" if m.live else "",
+                m.state,
+                _rate(m.validated_alpha),
+                _rate(m.alpha),
+                m.tested,
+                f"{m.e_value:.3g}",
+                f"{m.level:g}",
+                m.flag_id or "",
+            ]
+            for m in view.monitors
+        ],
+    )
+    table(
+        f"buckets of {view.bucket_seconds} s",
+        ["start (UTC)", "pair", "requests", "tested", "α", "validated", "e-value", "state"],
+        [
+            [
+                f"{b.start:%Y-%m-%d %H:%M}",
+                short(b.pair_digest),
+                b.requests,
+                b.tested,
+                _rate(b.alpha),
+                _rate(b.validated_alpha),
+                f"{b.e_value:.3g}",
+                b.state,
+            ]
+            for b in view.buckets[-48:]
+        ],
+    )
+
+
 @deployment_app.command("create")
 def deployment_create(
     name: str = typer.Argument(...),

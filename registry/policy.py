@@ -50,6 +50,10 @@ DEFAULTS: dict[str, Any] = {
     },
     "drafter": {"declared_target_must_match": True},
     "drift": {"margin": 0.05, "significance": 0.05, "bootstrap": 2000},
+    # Online acceptance monitoring (registry/services/online.py): the sequential test's
+    # level (false alarms over the whole life of a live pair) and the tolerated drop below
+    # the validated rate before a drop counts.
+    "online": {"level": 0.01, "tolerance": 0.02, "min_drafted": 1},
 }
 
 _NUMBER_RANGES: dict[tuple[str, str], tuple[float, float]] = {
@@ -60,6 +64,8 @@ _NUMBER_RANGES: dict[tuple[str, str], tuple[float, float]] = {
     ("lossy", "max_divergence_rate"): (0.0, 1.0),
     ("drift", "margin"): (0.0, 1.0),
     ("drift", "significance"): (1e-6, 0.5),
+    ("online", "level"): (1e-6, 0.5),
+    ("online", "tolerance"): (0.0, 0.5),
 }
 _INT_RANGES: dict[tuple[str, str], tuple[int, int]] = {
     ("suite", "prompts_per_category"): (0, 100_000),
@@ -67,6 +73,7 @@ _INT_RANGES: dict[tuple[str, str], tuple[int, int]] = {
     ("suite", "seed"): (0, 2**31 - 1),
     ("lossy", "first_tokens"): (1, 100_000),
     ("drift", "bootstrap"): (100, 100_000),
+    ("online", "min_drafted"): (1, 1_000_000),
 }
 
 

@@ -57,6 +57,7 @@ from registry.records_governance import (
     ValidationRecord,
     WatchResult,
 )
+from registry.records_online import OnlineAlpha
 from registry.records_requests import (
     ExportResult,
     IngestResult,
@@ -471,6 +472,17 @@ class Backend(Protocol):
         self, *, deployment: str, text: str, source: str = ..., min_drafted: int = ...
     ) -> TelemetryResult:
         """Push a Prometheus scrape of a serving engine (vLLM spec-decode counters)."""
+        ...
+
+    def deployment_online_alpha(
+        self,
+        *,
+        name: DeploymentName,
+        since: Timestamp | None = ...,
+        until: Timestamp | None = ...,
+        bucket_seconds: int = ...,
+    ) -> OnlineAlpha:
+        """Online α of a deployment over time, tested against its validated α."""
         ...
 
     def export_serving(self, *, deployment: str, engine: Literal["vllm", "sglang"]) -> ExportResult:

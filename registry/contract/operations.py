@@ -23,6 +23,7 @@ from registry.services import (
     exports,
     jobs,
     measurements,
+    online,
     pairs,
     policies,
     requests,
@@ -615,6 +616,15 @@ OPERATIONS: tuple[Operation, ...] = (
         "requests",
         errors=NF,
         text_body="text",
+    ),
+    Operation(
+        online.deployment_online_alpha,
+        "GET",
+        "/v1/deployments/{name}/online-alpha",
+        roles.READ_REGISTRY,
+        "Online α of a deployment over time, tested against its validated α",
+        "deployments",
+        errors=NF,
     ),
     Operation(
         exports.export_serving,

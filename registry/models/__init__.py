@@ -19,6 +19,7 @@ from registry.models.governance import (
     Validation,
     Worker,
 )
+from registry.models.online import OnlineBucket, OnlineMonitor
 from registry.models.requests import RequestBatch, RequestId, RequestTag, TelemetrySample
 
 __all__ = [
@@ -34,6 +35,8 @@ __all__ = [
     "Lineage",
     "LogCheckpoint",
     "Measurement",
+    "OnlineBucket",
+    "OnlineMonitor",
     "Pair",
     "Policy",
     "RequestBatch",

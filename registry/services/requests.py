@@ -57,6 +57,7 @@ from registry.records_requests import (
     TagIn,
 )
 from registry.refs import resolve_deployment, resolve_pair
+from registry.services import online
 from registry.services.artifacts import to_record as artifact_record
 from registry.services.base import check_limit, operation
 from registry.services.pairs import to_record as pair_record
@@ -402,6 +403,8 @@ def ingest_requests(
     )
     batch.audit_seq = event.seq
     session.flush()
+    # Online acceptance: after the event, so the write lock orders concurrent batches.
+    online.observe(session, [rows[r] for r in stored], actor=actor)
     return IngestResult(
         received=len(parsed),
         stored=len(stored),

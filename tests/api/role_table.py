@@ -95,6 +95,7 @@ ROLE_TABLE: dict[tuple[str, str], frozenset[str]] = {
     ("POST", "/v1/deployments"): GOVERN,
     ("GET", "/v1/deployments"): READ_REGISTRY,
     ("GET", "/v1/deployments/{name}"): READ_REGISTRY,
+    ("GET", "/v1/deployments/{name}/online-alpha"): READ_REGISTRY,
     ("GET", "/v1/deployments/{name}/at"): READ_REGISTRY,
     ("POST", "/v1/deployments/{deployment}/promote"): GOVERN,
     ("POST", "/v1/deployments/{deployment}/rollback"): GOVERN,

@@ -236,6 +236,7 @@ def scenario(call: Recorder, models: dict[str, Path]) -> None:
     call("audit_request", request_id="r-1")
     call("build_bundle", request_id="r-1")
     call("ingest_prometheus", deployment="prod", text=VLLM_METRICS, min_drafted=10)
+    call("deployment_online_alpha", name="prod", bucket_seconds=3600)
     call("export_serving", deployment="prod", engine="vllm")
     call("propose_pair", draft="acme/h@v1")
     call("export_speculators", pair=pa)

@@ -1,0 +1,405 @@
+"""Online acceptance per deployment, compared continuously with the validated rate.
+
+The rule, in one place: every request tag that carries spec-decode counters is one
+observation ``x = accepted / drafted`` for the (deployment, pair) that served it. Each such
+pair has a monitor (models/online.py) running the anytime-valid betting test of
+registry/online_stats.py for ``H0: mean per-request rate >= validated - tolerance``:
+
+* ``watching`` → ``alarmed`` when the drop test's e-value reaches ``1 / level``: a
+  ``workload`` flag opens on the pair with the evidence (or an open one is linked), and a
+  recovery test starts from scratch (``H0: mean <= validated - tolerance``);
+* ``alarmed`` → ``watching`` when the recovery e-value reaches ``1 / level``: the flag is
+  resolved with an audit event carrying the evidence, and the drop test starts afresh.
+  A flag a person resolved by hand also returns the monitor to ``watching``.
+
+The validated rate is the draft acceptance rate (accepted / drafted) of the measurement that
+validated the pair for the deployment (``telemetry.baseline_acceptance``): the same ratio
+vLLM's per-request counters give. Level, tolerance and the minimum draft tokens per tested
+request come from the deployment policy's ``[online]`` section.
+
+It runs on ingest (``requests.ingest_requests`` calls :func:`observe`) inside the ingest
+transaction, after the audit event took the registry's write lock, so concurrent batches
+update a monitor one at a time and in one order. Within a batch, tags are fed in
+``(served_at, request_id)`` order; batches in arrival order. The e-process only needs each
+bet fixed before its observation is seen, which holds in any order chosen without looking
+at the values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+from pydantic import Field
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from registry import online_stats
+from registry.errors import InvalidInput
+from registry.models import Deployment, DriftFlag, OnlineBucket, OnlineMonitor, Pair, utcnow
+from registry.params import DeploymentName, Timestamp
+from registry.policy import DEFAULTS
+from registry.records_online import OnlineAlpha, OnlineBucketRecord, OnlineMonitorRecord
+from registry.refs import resolve_deployment
+from registry.services import drift
+from registry.services.base import operation
+from registry.services.policies import policy_in_force
+from registry.services.telemetry import baseline_acceptance
+
+BUCKET_SECONDS = 300
+MAX_BUCKET_ROWS = 20_000
+METHOD = (
+    "betting e-process with online-Newton-step bets on per-request acceptance rates "
+    "(Waudby-Smith & Ramdas, JRSS-B 2024); alarm when the e-value reaches 1/level"
+)
+
+
+def _bucket_start(at: datetime, seconds: int = BUCKET_SECONDS) -> datetime:
+    at = at.astimezone(UTC)
+    epoch = int(at.timestamp())
+    return datetime.fromtimestamp(epoch - epoch % seconds, UTC)
+
+
+def online_settings(session: Session, policy_name: str) -> dict[str, float]:
+    """The deployment policy's ``[online]`` section (defaults for policies stored before it)."""
+    out = dict(DEFAULTS["online"])
+    pol = policy_in_force(session, policy_name)
+    if pol is not None:
+        out.update(((pol.parsed or {}).get("online")) or {})
+    return out
+
+
+def _new_monitor(session: Session, dep: Deployment, pair_id: int) -> OnlineMonitor:
+    cfg = online_settings(session, dep.policy_name)
+    validated = baseline_acceptance(session, dep.id, pair_id)
+    reference = None if validated is None else max(validated - float(cfg["tolerance"]), 0.0)
+    now = utcnow()
+    mon = OnlineMonitor(
+        deployment_id=dep.id,
+        pair_id=pair_id,
+        validated_alpha=validated,
+        reference=reference,
+        level=float(cfg["level"]),
+        tolerance=float(cfg["tolerance"]),
+        min_drafted=int(cfg["min_drafted"]),
+        state="no_baseline" if reference is None else "watching",
+        drop_test=online_stats.BettingState().as_dict(),
+        recovery_test=None,
+        requests=0,
+        tested=0,
+        drafted=0,
+        accepted=0,
+        rate_sum=0.0,
+        alarms=0,
+        started_at=now,
+        updated_at=now,
+    )
+    session.add(mon)
+    session.flush()
+    return mon
+
+
+def observe(session: Session, rows: list[dict[str, Any]], *, actor: str) -> None:
+    """Feed freshly stored tags (ingest's row dicts) to their monitors."""
+    groups: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[(r["deployment_id"], r["pair_id"])].append(r)
+    for (dep_id, pair_id), group in sorted(groups.items()):
+        group.sort(key=lambda r: (r["served_at"], r["request_id"]))
+        _observe_group(session, dep_id, pair_id, group, actor)
+
+
+def _observe_group(
+    session: Session, dep_id: int, pair_id: int, rows: list[dict[str, Any]], actor: str
+) -> None:
+    dep = session.get(Deployment, dep_id)
+    pair = session.get(Pair, pair_id)
+    assert dep is not None and pair is not None
+    mon = session.scalar(
+        select(OnlineMonitor).where(
+            OnlineMonitor.deployment_id == dep_id, OnlineMonitor.pair_id == pair_id
+        )
+    )
+    if mon is None:
+        mon = _new_monitor(session, dep, pair_id)
+    _follow_manual_close(session, mon)
+    starts = sorted({_bucket_start(r["served_at"]) for r in rows})
+    buckets = {
+        b.start.astimezone(UTC): b
+        for b in session.scalars(
+            select(OnlineBucket).where(
+                OnlineBucket.monitor_id == mon.id, OnlineBucket.start.in_(starts)
+            )
+        )
+    }
+    drop = online_stats.BettingState.from_dict(mon.drop_test)
+    recovery = online_stats.BettingState.from_dict(mon.recovery_test)
+    line = online_stats.threshold(mon.level)
+    for r in rows:
+        start = _bucket_start(r["served_at"])
+        bucket = buckets.get(start)
+        if bucket is None:
+            bucket = OnlineBucket(
+                monitor_id=mon.id, start=start, requests=0, tested=0, drafted=0, accepted=0,
+                rate_sum=0.0, log_e=drop.log_wealth, state=mon.state,
+            )  # fmt: skip
+            session.add(bucket)
+            buckets[start] = bucket
+        bucket.requests += 1
+        mon.requests += 1
+        spec = r.get("spec") or {}
+        drafted = int(spec.get("num_draft_tokens") or 0)
+        if spec and drafted >= mon.min_drafted:
+            accepted = min(int(spec.get("num_accepted_draft_tokens") or 0), drafted)
+            x = accepted / drafted
+            for holder in (bucket, mon):
+                holder.tested += 1
+                holder.drafted += drafted
+                holder.accepted += accepted
+                holder.rate_sum += x
+            if mon.reference is not None:
+                if mon.state == "watching":
+                    drop = online_stats.update(drop, x, mon.reference)
+                    if drop.log_wealth >= line:
+                        mon.drop_test = drop.as_dict()
+                        _alarm(session, mon, dep, pair, r["served_at"], actor)
+                        recovery = online_stats.BettingState()
+                elif mon.state == "alarmed":
+                    recovery = online_stats.update(recovery, 1.0 - x, 1.0 - mon.reference)
+                    if recovery.log_wealth >= line:
+                        mon.recovery_test = recovery.as_dict()
+                        _recover(session, mon, pair, r["served_at"], actor)
+                        drop = online_stats.BettingState()
+        bucket.log_e = drop.log_wealth
+        bucket.state = mon.state
+    mon.drop_test = drop.as_dict()
+    mon.recovery_test = recovery.as_dict() if mon.state == "alarmed" else None
+    mon.updated_at = utcnow()
+    session.flush()
+
+
+def _follow_manual_close(session: Session, mon: OnlineMonitor) -> None:
+    """A person resolved the flag: the monitor watches again from scratch."""
+    if mon.state != "alarmed" or mon.flag_id is None:
+        return
+    flag = session.get(DriftFlag, mon.flag_id)
+    if flag is not None and flag.state == "resolved":
+        mon.state = "watching"
+        mon.drop_test = online_stats.BettingState().as_dict()
+        mon.recovery_test = None
+
+
+def _evidence(mon: OnlineMonitor, test: online_stats.BettingState) -> dict[str, Any]:
+    return {
+        "method": METHOD,
+        "level": mon.level,
+        "tolerance": mon.tolerance,
+        "validated_alpha": mon.validated_alpha,
+        "reference": mon.reference,
+        "e_value": math.exp(min(test.log_wealth, 700.0)),
+        "requests_in_test": test.n,
+        "mean_request_alpha_in_test": test.x_sum / test.n if test.n else None,
+        "alpha_since_start": mon.accepted / mon.drafted if mon.drafted else None,
+        "tested_since_start": mon.tested,
+    }
+
+
+def _alarm(
+    session: Session,
+    mon: OnlineMonitor,
+    dep: Deployment,
+    pair: Pair,
+    at: datetime,
+    actor: str,
+) -> None:
+    drop = online_stats.BettingState.from_dict(mon.drop_test)
+    mon.state = "alarmed"
+    mon.alarms += 1
+    mon.alarm_at = at
+    evidence = _evidence(mon, drop)
+    flag = session.scalar(
+        select(DriftFlag).where(
+            DriftFlag.kind == "workload",
+            DriftFlag.pair_id == pair.id,
+            DriftFlag.state.in_(("open", "acknowledged")),
+        )
+    )
+    if flag is None:
+        mean = evidence["mean_request_alpha_in_test"]
+        summary = (
+            f"workload drift on {dep.name}: served requests accept {mean:.4f} of draft tokens "
+            f"on average over {drop.n} requests, below the validated {mon.validated_alpha:.4f} "
+            f"minus tolerance {mon.tolerance:.4f} (e-value {evidence['e_value']:.3g} >= "
+            f"1/{mon.level:g}; anytime-valid)"
+        )
+        flag = drift.open_flag(
+            session,
+            DriftFlag(
+                kind="workload",
+                pair_id=pair.id,
+                policy_name=dep.policy_name,
+                effects={"deployment": dep.name, "source": "online", **evidence},
+                severity="high"
+                if mean is not None and mon.reference - mean > 2 * max(mon.tolerance, 0.02)
+                else "medium",
+                summary=summary,
+            ),
+            actor=actor,
+            payload={
+                "pair_digest": pair.pair_digest,
+                "deployment": dep.name,
+                "summary": summary,
+                "evidence": evidence,
+            },
+        )
+    mon.flag_id = flag.id
+
+
+def _recover(session: Session, mon: OnlineMonitor, pair: Pair, at: datetime, actor: str) -> None:
+    recovery = online_stats.BettingState.from_dict(mon.recovery_test)
+    evidence = _evidence(mon, recovery)
+    flag = session.get(DriftFlag, mon.flag_id) if mon.flag_id else None
+    if flag is not None and flag.state in ("open", "acknowledged"):
+        mean = evidence["mean_request_alpha_in_test"]
+        drift.resolve_flag(
+            session,
+            id=flag.id,
+            reason=(
+                f"recovered: served requests accept {mean:.4f} on average over {recovery.n} "
+                f"requests since the alarm, above {mon.reference:.4f} (recovery e-value "
+                f"{evidence['e_value']:.3g} >= 1/{mon.level:g}) at {at.isoformat()}"
+            ),
+            actor=actor,
+        )
+    mon.state = "watching"
+    mon.recovery_test = None
+
+
+# --- reading ----------------------------------------------------------------------------
+
+
+def _e(log_w: float) -> float:
+    return math.exp(min(log_w, 700.0))
+
+
+def monitor_record(mon: OnlineMonitor, pair_digest: str, live: bool) -> OnlineMonitorRecord:
+    drop = online_stats.BettingState.from_dict(mon.drop_test)
+    rec = online_stats.BettingState.from_dict(mon.recovery_test) if mon.recovery_test else None
+    return OnlineMonitorRecord(
+        pair_digest=pair_digest,
+        live=live,
+        state=mon.state,
+        validated_alpha=mon.validated_alpha,
+        reference=mon.reference,
+        level=mon.level,
+        tolerance=mon.tolerance,
+        e_value=_e(drop.log_wealth),
+        recovery_e_value=_e(rec.log_wealth) if rec is not None else None,
+        requests=mon.requests,
+        tested=mon.tested,
+        drafted=mon.drafted,
+        accepted=mon.accepted,
+        alpha=mon.accepted / mon.drafted if mon.drafted else None,
+        mean_request_alpha=mon.rate_sum / mon.tested if mon.tested else None,
+        alarms=mon.alarms,
+        flag_id=mon.flag_id,
+        started_at=mon.started_at,
+        updated_at=mon.updated_at,
+        alarm_at=mon.alarm_at,
+    )
+
+
+@operation
+def deployment_online_alpha(
+    session: Session,
+    *,
+    name: DeploymentName,
+    since: Timestamp | None = None,
+    until: Timestamp | None = None,
+    bucket_seconds: Annotated[
+        int,
+        Field(
+            ge=BUCKET_SECONDS,
+            le=86_400,
+            multiple_of=BUCKET_SECONDS,
+            description="Bucket width: a multiple of 300 seconds, at most a day.",
+        ),
+    ] = BUCKET_SECONDS,
+) -> OnlineAlpha:
+    """Online α of a deployment in time buckets, and each pair's sequential test state.
+
+    At most the newest 20,000 stored five-minute buckets in the window are read; narrow
+    the window with ``since``/``until`` to see older ones.
+    """
+    if bucket_seconds % BUCKET_SECONDS or not BUCKET_SECONDS <= bucket_seconds <= 86_400:
+        raise InvalidInput(
+            "bucket_seconds must be a multiple of 300 from 300 to 86400", field="bucket_seconds"
+        )
+    for value, label in ((since, "since"), (until, "until")):
+        if value is not None and value.tzinfo is None:
+            raise InvalidInput(f"{label} must include a timezone (e.g. Z)", field=label)
+    dep = resolve_deployment(session, name)
+    monitors = list(
+        session.scalars(
+            select(OnlineMonitor)
+            .where(OnlineMonitor.deployment_id == dep.id)
+            .order_by(OnlineMonitor.updated_at.desc(), OnlineMonitor.id.desc())
+        )
+    )
+    digests = {
+        i: d
+        for i, d in session.execute(
+            select(Pair.id, Pair.pair_digest).where(
+                Pair.id.in_([m.pair_id for m in monitors] + [dep.current_pair_id or 0])
+            )
+        )
+    }
+    live_id = dep.current_pair_id
+    monitors.sort(key=lambda m: m.pair_id != live_id)  # stable: the live pair's first
+    by_id = {m.id: m for m in monitors}
+    stmt = select(OnlineBucket).where(OnlineBucket.monitor_id.in_(list(by_id) or [0]))
+    if since is not None:
+        stmt = stmt.where(OnlineBucket.start >= _bucket_start(since))
+    if until is not None:
+        stmt = stmt.where(OnlineBucket.start < until)
+    rows = list(session.scalars(stmt.order_by(OnlineBucket.start.desc()).limit(MAX_BUCKET_ROWS)))
+    rows.reverse()
+    merged: dict[tuple[datetime, int], dict[str, Any]] = {}
+    for b in rows:
+        start = _bucket_start(b.start, bucket_seconds)
+        acc = merged.setdefault(
+            (start, b.monitor_id),
+            {"requests": 0, "tested": 0, "drafted": 0, "accepted": 0, "rate_sum": 0.0},
+        )
+        for key in ("requests", "tested", "drafted", "accepted", "rate_sum"):
+            acc[key] += getattr(b, key)
+        acc["log_e"], acc["state"] = b.log_e, b.state  # the last bucket's end
+    buckets = []
+    for (start, mon_id), acc in sorted(merged.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        mon = by_id[mon_id]
+        buckets.append(
+            OnlineBucketRecord(
+                start=start,
+                end=start + timedelta(seconds=bucket_seconds),
+                pair_digest=digests[mon.pair_id],
+                requests=acc["requests"],
+                tested=acc["tested"],
+                drafted=acc["drafted"],
+                accepted=acc["accepted"],
+                alpha=acc["accepted"] / acc["drafted"] if acc["drafted"] else None,
+                mean_request_alpha=acc["rate_sum"] / acc["tested"] if acc["tested"] else None,
+                validated_alpha=mon.validated_alpha,
+                e_value=_e(acc["log_e"]),
+                state=acc["state"],
+            )
+        )
+    return OnlineAlpha(
+        deployment=dep.name,
+        live_pair_digest=digests.get(live_id) if live_id else None,
+        bucket_seconds=bucket_seconds,
+        method=METHOD,
+        monitors=[monitor_record(m, digests[m.pair_id], m.pair_id == live_id) for m in monitors],
+        buckets=buckets,
+    )
