@@ -146,6 +146,7 @@ def test_online_cli(home: Settings, served: Served) -> None:
     from typer.testing import CliRunner
 
     from cli.main import app
+    from tests.api.conftest import run_cli
 
     s = served
     _baseline(s.url, s.pair_b, 0.60)
@@ -156,5 +157,5 @@ def test_online_cli(home: Settings, served: Served) -> None:
     assert json.loads(out.output)["monitors"][0]["tested"] == 20
     text = runner.invoke(app, ["deployment", "online", s.deployment, "--bucket", "600"])
     assert text.exit_code == 0 and "buckets of 600 s" in text.output
-    bad = runner.invoke(app, ["deployment", "online", s.deployment, "--bucket", "7"])
+    bad = run_cli("deployment", "online", s.deployment, "--bucket", "7")
     assert bad.exit_code == 2 and "bucket_seconds" in bad.output
