@@ -7,6 +7,7 @@ from typing import Any
 
 from fastapi import Depends, FastAPI
 
+from api import metrics
 from api.params import strict_query
 from api.problems import install_problem_handlers, problem_openapi
 from api.route_index import most_specific_route_only
@@ -34,6 +35,8 @@ def create_app(settings: Settings | None = None, **state: Any) -> FastAPI:
     install_problem_handlers(app)
     for module_name in ROUTERS:
         app.include_router(importlib.import_module(module_name).router)
+    app.include_router(metrics.router)
+    metrics.install_metrics(app)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

@@ -29,5 +29,7 @@ MEASURE = frozenset({"admin", "registrar", "promoter", "worker"})
 WORKERS = frozenset({"admin", "worker"})
 # Report request tags and serving telemetry; call the embedded serving endpoints.
 INGEST = frozenset({"admin", "ingest"})
+# Scrape GET /metrics (unless PAIRREG_METRICS_PUBLIC=true): give Prometheus a reader token.
+METRICS = READ_REGISTRY
 # Read the audit log and request records.
 READ_AUDIT = frozenset({"admin", "auditor"})

@@ -37,6 +37,11 @@ class Settings(BaseSettings):
         description="Origin line (and key name) of the audit log's C2SP checkpoints; "
         "pairreg/audit/<16 hex of the signing key's SHA-256> by default.",
     )
+    metrics_public: bool = Field(
+        default=False,
+        description="Serve GET /metrics without a token (a private scrape network); "
+        "otherwise it needs a token with a registry-reading role.",
+    )
 
     @property
     def home_dir(self) -> Path:

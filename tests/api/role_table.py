@@ -37,6 +37,8 @@ ROLE_TABLE: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/readyz"): PUBLIC,
     ("GET", "/"): PUBLIC,  # redirect to the dashboard
     ("GET", "/dashboard"): PUBLIC,  # static page; it calls the API with the user's token
+    # Prometheus: a registry-reading token (PAIRREG_METRICS_PUBLIC=true serves it openly)
+    ("GET", "/metrics"): READ_REGISTRY,
     # artifacts
     ("POST", "/v1/artifacts"): WRITE_REGISTRY,
     ("GET", "/v1/artifacts"): READ_REGISTRY,
