@@ -7,11 +7,12 @@ from typing import Any
 
 from fastapi import Depends, FastAPI
 
-from api import metrics
+from api import metrics, tracing
 from api.params import strict_query
 from api.problems import install_problem_handlers, problem_openapi
 from api.route_index import most_specific_route_only
 from api.routes import ROUTERS
+from api.tracing import provider_from_env
 from registry.settings import Settings, get_settings
 
 API_VERSION = "0.1.0"
@@ -29,6 +30,7 @@ def create_app(settings: Settings | None = None, **state: Any) -> FastAPI:
         dependencies=[Depends(most_specific_route_only), Depends(strict_query)],
     )
     app.state.settings = settings
+    app.state.tracer = tracing.tracer(state.pop("tracer_provider", None) or provider_from_env())
     app.state.db_url = settings.db_url
     for key, value in state.items():
         setattr(app.state, key, value)

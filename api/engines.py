@@ -41,8 +41,16 @@ class Generation:
 class LoadedEngine:
     """A pair ready to generate (greedy)."""
 
-    def __init__(self, pair_digest: str, built: Any):
+    def __init__(
+        self,
+        pair_digest: str,
+        built: Any,
+        target_digest: str | None = None,
+        draft_digest: str | None = None,
+    ):
         self.pair_digest = pair_digest
+        self.target_digest = target_digest
+        self.draft_digest = draft_digest
         self.built = built
         self.lock = threading.Lock()
 
@@ -85,7 +93,12 @@ class EngineCache:
             raise InvalidInput(
                 f"cannot serve pair {pair_digest[:12]}: {exc}", field="model"
             ) from exc
-        return LoadedEngine(pair_digest, built)
+        return LoadedEngine(
+            pair_digest,
+            built,
+            pair.target.manifest_digest,
+            pair.drafter.manifest_digest if pair.drafter else None,
+        )
 
 
 _CACHE_LOCK = threading.Lock()

@@ -37,8 +37,10 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from httpx_sse import EventSource
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from sse_starlette import ServerSentEvent
 
+from api import tracing
 from registry.settings import Settings
 
 HOP_HEADERS = {
@@ -66,6 +68,7 @@ class LivePair:
         self.deployment = deployment
         self.refresh_s = refresh_s
         self.digest: str | None = None
+        self.parts: tuple[str | None, str | None] = (None, None)  # target, draft digests
         self.error: str | None = None
         self._stop = threading.Event()
         self.refresh()
@@ -75,7 +78,15 @@ class LivePair:
     def refresh(self) -> None:
         try:
             dep = self.backend.get_deployment(name=self.deployment)
-            self.digest = dep.current_pair_digest
+            digest = dep.current_pair_digest
+            if digest != self.digest:
+                self.digest, self.parts = digest, (None, None)
+            if digest and self.parts[0] is None:  # the parts' digests, for the spans
+                pair = self.backend.get_pair(ref=digest)
+                self.parts = (
+                    pair.target.manifest_digest,
+                    pair.drafter.manifest_digest if pair.drafter else None,
+                )
             self.error = None
         except Exception as exc:  # noqa: BLE001 - keep the last known value
             self.error = str(exc)
@@ -111,8 +122,16 @@ def create_proxy_app(
     refresh_s: float = 5.0,
     backend: Any = None,
     tagger: Any = None,
+    provider_name: str = "vllm",
+    tracer_provider: Any = None,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> FastAPI:
-    """The proxy app; ``backend`` and ``tagger`` default to the CLI's backend and a Tagger."""
+    """The proxy app; ``backend`` and ``tagger`` default to the CLI's backend and a Tagger.
+
+    ``provider_name`` is the span's ``gen_ai.provider.name`` (the upstream engine);
+    ``tracer_provider`` defaults to the ``OTEL_*`` settings (off when they say nothing);
+    ``transport`` replaces the network to the upstream (tests mount an ASGI app).
+    """
     from api.backend import get_backend
     from api.tagger import Tagger
     from registry.services.system import read_credentials
@@ -124,7 +143,44 @@ def create_proxy_app(
         token = settings.token or (read_credentials(settings.credentials_path) or {}).get("token")
         tagger = Tagger(settings.url, token, spool_dir)
     live = LivePair(backend, deployment, refresh_s)
-    client = httpx.AsyncClient(base_url=upstream.rstrip("/"), timeout=httpx.Timeout(600.0))
+    client = httpx.AsyncClient(
+        base_url=upstream.rstrip("/"), timeout=httpx.Timeout(600.0), transport=transport
+    )
+    tracer = tracing.tracer(tracer_provider or tracing.provider_from_env())
+    up = httpx.URL(upstream)
+
+    def start_span(path: str, payload: Any, request_id: str, digest: str | None) -> Span:
+        operation = tracing.CHAT if path.endswith("/chat/completions") else tracing.TEXT_COMPLETION
+        model = payload.get("model") if isinstance(payload, dict) else None
+        attrs: dict[str, Any] = {
+            tracing.OPERATION_NAME: operation,
+            tracing.PROVIDER_NAME: provider_name,
+            tracing.DEPLOYMENT: deployment,
+            tracing.REQUEST_ID: request_id,
+            tracing.SERVER_ADDRESS: up.host,
+            **tracing.pair_attributes(
+                digest, *(live.parts if digest == live.digest else (None, None))
+            ),
+        }
+        if up.port:
+            attrs[tracing.SERVER_PORT] = up.port
+        if isinstance(model, str):
+            attrs[tracing.REQUEST_MODEL] = model
+        if isinstance(payload, dict) and isinstance(payload.get("max_tokens"), int):
+            attrs[tracing.REQUEST_MAX_TOKENS] = payload["max_tokens"]
+        return tracer.start_span(
+            tracing.span_name(operation, model if isinstance(model, str) else None),
+            kind=SpanKind.CLIENT,
+            attributes=attrs,
+        )
+
+    def end_span(span: Span, status: int | None, error: str | None = None) -> None:
+        if error is None and status is not None and status >= 400:
+            error = str(status)
+        if error is not None:
+            span.set_attribute(tracing.ERROR_TYPE, error)
+            span.set_status(Status(StatusCode.ERROR))
+        span.end()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -178,18 +234,25 @@ def create_proxy_app(
             payload = json.loads(body) if body else {}
         except ValueError:
             payload = None
+        span = start_span(url_path, payload, request_id, digest)
         if not isinstance(payload, dict) or not payload.get("stream"):
             try:
                 resp = await client.post(url_path, content=body, headers=headers)
             except httpx.HTTPError as exc:
+                end_span(span, None, type(exc).__name__)
                 return JSONResponse({"error": f"upstream unreachable: {exc}"}, 502, extra)
             out = {k: v for k, v in resp.headers.items() if k.lower() not in HOP_HEADERS}
-            if resp.status_code < 400 and UPSTREAM_TAGGED not in resp.headers:
+            if resp.status_code < 400:
                 try:
                     data = resp.json()
                 except ValueError:
                     data = {}
-                tag(request_id, served_at, data.get("usage"), _spec_from(data), digest)
+                data = data if isinstance(data, dict) else {}
+                spec = _spec_from(data)
+                span.set_attributes(tracing.response_attributes(data, spec))
+                if UPSTREAM_TAGGED not in resp.headers:
+                    tag(request_id, served_at, data.get("usage"), spec, digest)
+            end_span(span, resp.status_code)
             return Response(
                 resp.content, status_code=resp.status_code, headers=_merge(out, extra, resp)
             )
@@ -203,17 +266,20 @@ def create_proxy_app(
         try:
             resp = await client.send(req, stream=True)
         except httpx.HTTPError as exc:
+            end_span(span, None, type(exc).__name__)
             return JSONResponse({"error": f"upstream unreachable: {exc}"}, 502, extra)
         out = {k: v for k, v in resp.headers.items() if k.lower() not in HOP_HEADERS}
         if resp.status_code >= 400:
             content = await resp.aread()
             await resp.aclose()
+            end_span(span, resp.status_code)
             return Response(content, status_code=resp.status_code, headers=_merge(out, extra, resp))
         upstream_tagged = UPSTREAM_TAGGED in resp.headers
 
         async def events() -> AsyncIterator[bytes]:
             usage: dict[str, Any] | None = None
             spec: dict[str, Any] | None = None
+            seen: dict[str, Any] = {}  # id, model and finish reasons across the events
             completed = False
             try:
                 async for sse in EventSource(resp).aiter_sse():
@@ -221,6 +287,12 @@ def create_proxy_app(
                     if data is not None:
                         usage = data.get("usage") or usage
                         spec = _spec_from(data) or spec
+                        for key in ("id", "model"):
+                            if isinstance(data.get(key), str):
+                                seen[key] = data[key]
+                        for c in data.get("choices") or []:
+                            if isinstance(c, dict) and c.get("finish_reason"):
+                                seen.setdefault("choices", []).append(c)
                         if not asked_usage and not data.get("choices") and data.get("usage"):
                             continue  # the usage event we asked for, not the caller
                     if sse.data == "[DONE]":
@@ -236,6 +308,8 @@ def create_proxy_app(
                 await resp.aclose()
                 if (completed or usage is not None) and not upstream_tagged:
                     tag(request_id, served_at, usage, spec, digest)
+                span.set_attributes(tracing.response_attributes({**seen, "usage": usage}, spec))
+                end_span(span, resp.status_code, None if completed else "stream_incomplete")
 
         return StreamingResponse(
             events(), status_code=resp.status_code, headers=_merge(out, extra, resp)

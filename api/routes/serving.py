@@ -23,9 +23,11 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
+from opentelemetry.trace import SpanKind
 from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import EventSourceResponse
 
+from api import tracing
 from api.auth import Principal, require
 from api.backend import local_backend
 from api.engines import Generation, engine_cache
@@ -67,6 +69,27 @@ def _spec(runs: list[Generation]) -> dict[str, Any]:
     }
 
 
+def _answer(
+    runs: list[Generation], max_tokens: int
+) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, int]]:
+    """The choices, vLLM's spec-decode counters and the usage of one request."""
+    choices = [
+        {
+            "index": i,
+            "text": g.text,
+            "logprobs": None,
+            "finish_reason": "length" if len(g.run.output_ids) >= max_tokens else "stop",
+        }
+        for i, g in enumerate(runs)
+    ]
+    usage = {
+        "prompt_tokens": sum(g.prompt_tokens for g in runs),
+        "completion_tokens": sum(len(g.run.output_ids) for g in runs),
+    }
+    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    return choices, _spec(runs), usage
+
+
 @router.post(
     "/v1/completions",
     summary="OpenAI-compatible completions served by the deployment's live pair (tagged)",
@@ -94,22 +117,29 @@ def completions(
     if dep.current_pair_digest is None:
         raise InvalidInput(f"deployment {body.model} has no live pair", field="model")
     engine = engine_cache(request.app).get(backend, dep.current_pair_digest)
-    runs = [engine.generate(p, body.max_tokens) for p in prompts]
-    choices = [
-        {
-            "index": i,
-            "text": g.text,
-            "logprobs": None,
-            "finish_reason": "length" if len(g.run.output_ids) >= body.max_tokens else "stop",
-        }
-        for i, g in enumerate(runs)
-    ]
-    spec = _spec(runs)
-    usage = {
-        "prompt_tokens": sum(g.prompt_tokens for g in runs),
-        "completion_tokens": sum(len(g.run.output_ids) for g in runs),
-    }
-    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    with request.app.state.tracer.start_as_current_span(
+        tracing.span_name(tracing.TEXT_COMPLETION, body.model),
+        kind=SpanKind.INTERNAL,
+        attributes={
+            tracing.OPERATION_NAME: tracing.TEXT_COMPLETION,
+            tracing.PROVIDER_NAME: "pairreg",
+            tracing.REQUEST_MODEL: body.model,
+            tracing.REQUEST_MAX_TOKENS: body.max_tokens,
+            tracing.DEPLOYMENT: body.model,
+            tracing.REQUEST_ID: request_id,
+            **tracing.pair_attributes(
+                engine.pair_digest, engine.target_digest, engine.draft_digest
+            ),
+        },
+    ) as span:
+        runs = [engine.generate(p, body.max_tokens) for p in prompts]
+        choices, spec, usage = _answer(runs, body.max_tokens)
+        span.set_attributes(
+            tracing.response_attributes(
+                {"id": request_id, "model": body.model, "usage": usage, "choices": choices},
+                spec,
+            )
+        )
     # Always tagged here, whoever calls; the x-pairreg-pair-digest response header tells a
     # `pairreg proxy` in front that this request is already recorded.
     backend.ingest_requests(
