@@ -497,8 +497,14 @@ def proxy(
     spool: Path | None = typer.Option(None, help="Tagger spool directory."),
     refresh: float = typer.Option(5.0, help="Seconds between live-pair refreshes."),
     log_level: str = typer.Option("info", help="uvicorn log level."),
+    provider: str = typer.Option(
+        "vllm", "--provider", help="gen_ai.provider.name on the spans (the upstream engine)."
+    ),
 ) -> None:
-    """OpenAI-compatible pass-through that tags every request with the live pair."""
+    """OpenAI-compatible pass-through that tags every request with the live pair.
+
+    OpenTelemetry spans (GenAI conventions) go out when the OTEL_* settings ask for them.
+    """
     import uvicorn
 
     from api.proxy import create_proxy_app
@@ -511,6 +517,7 @@ def proxy(
         settings=settings,
         spool_dir=spool or settings.home_dir / "spool" / f"proxy-{deployment}",
         refresh_s=refresh,
+        provider_name=provider,
     )
     console.print(f"pairreg proxy for {deployment} on http://{host}:{port} -> {upstream}")
     uvicorn.run(app, host=host, port=port, log_level=log_level)
