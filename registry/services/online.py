@@ -134,48 +134,63 @@ def _observe_group(
             )
         )
     }
+    # Counters accumulate in plain Python and reach the ORM objects once per batch (and
+    # before an alarm or a recovery reads them): attribute events cost more than the test.
+    keys = ("requests", "tested", "drafted", "accepted", "rate_sum")
+    totals = {k: getattr(mon, k) for k in keys}
+    sums: dict[datetime, dict[str, Any]] = {}
     drop = online_stats.BettingState.from_dict(mon.drop_test)
     recovery = online_stats.BettingState.from_dict(mon.recovery_test)
     line = online_stats.threshold(mon.level)
+    reference, min_drafted, state = mon.reference, mon.min_drafted, mon.state
+
+    def sync() -> None:
+        for k in keys:
+            setattr(mon, k, totals[k])
+
     for r in rows:
         start = _bucket_start(r["served_at"])
-        bucket = buckets.get(start)
-        if bucket is None:
-            bucket = OnlineBucket(
-                monitor_id=mon.id, start=start, requests=0, tested=0, drafted=0, accepted=0,
-                rate_sum=0.0, log_e=drop.log_wealth, state=mon.state,
-            )  # fmt: skip
-            session.add(bucket)
-            buckets[start] = bucket
-        bucket.requests += 1
-        mon.requests += 1
+        acc = sums.get(start)
+        if acc is None:
+            b = buckets.get(start)
+            acc = sums[start] = {k: getattr(b, k) if b is not None else 0 for k in keys}
+        acc["requests"] += 1
+        totals["requests"] += 1
         spec = r.get("spec") or {}
         drafted = int(spec.get("num_draft_tokens") or 0)
-        if spec and drafted >= mon.min_drafted:
+        if spec and drafted >= min_drafted:
             accepted = min(int(spec.get("num_accepted_draft_tokens") or 0), drafted)
             x = accepted / drafted
-            for holder in (bucket, mon):
-                holder.tested += 1
-                holder.drafted += drafted
-                holder.accepted += accepted
-                holder.rate_sum += x
-            if mon.reference is not None:
-                if mon.state == "watching":
-                    drop = online_stats.update(drop, x, mon.reference)
-                    if drop.log_wealth >= line:
-                        mon.drop_test = drop.as_dict()
-                        _alarm(session, mon, dep, pair, r["served_at"], actor)
-                        recovery = online_stats.BettingState()
-                elif mon.state == "alarmed":
-                    recovery = online_stats.update(recovery, 1.0 - x, 1.0 - mon.reference)
-                    if recovery.log_wealth >= line:
-                        mon.recovery_test = recovery.as_dict()
-                        _recover(session, mon, pair, r["served_at"], actor)
-                        drop = online_stats.BettingState()
-        bucket.log_e = drop.log_wealth
-        bucket.state = mon.state
+            for holder in (acc, totals):
+                holder["tested"] += 1
+                holder["drafted"] += drafted
+                holder["accepted"] += accepted
+                holder["rate_sum"] += x
+            if reference is not None and state == "watching":
+                drop = online_stats.update(drop, x, reference)
+                if drop.log_wealth >= line:
+                    sync()
+                    mon.drop_test = drop.as_dict()
+                    _alarm(session, mon, dep, pair, r["served_at"], actor)
+                    recovery, state = online_stats.BettingState(), mon.state
+            elif reference is not None and state == "alarmed":
+                recovery = online_stats.update(recovery, 1.0 - x, 1.0 - reference)
+                if recovery.log_wealth >= line:
+                    sync()
+                    mon.recovery_test = recovery.as_dict()
+                    _recover(session, mon, pair, r["served_at"], actor)
+                    drop, state = online_stats.BettingState(), mon.state
+        acc["log_e"], acc["state"] = drop.log_wealth, state
+    for start, acc in sums.items():
+        b = buckets.get(start)
+        if b is None:
+            b = buckets[start] = OnlineBucket(monitor_id=mon.id, start=start)
+            session.add(b)
+        for k, v in acc.items():
+            setattr(b, k, v)
+    sync()
     mon.drop_test = drop.as_dict()
-    mon.recovery_test = recovery.as_dict() if mon.state == "alarmed" else None
+    mon.recovery_test = recovery.as_dict() if state == "alarmed" else None
     mon.updated_at = utcnow()
     session.flush()
 
