@@ -99,7 +99,8 @@ def test_policy_economics_section_is_checked() -> None:
         ('[economics]\nmin_speedup = {1 = 1.3}\n', "economics.hardware"),
         ('[economics]\nhardware = "x"\nmin_speedup = {one = 1.3}\n', "economics.min_speedup"),
         ('[economics]\nhardware = "x"\nmin_speedup = {1 = -1}\n', "economics.min_speedup"),
-        ('[economics]\nhardware = "x"\nmax_draft_memory_fraction = 2\n', "economics.max_draft_memory_fraction"),
+        ('[economics]\nhardware = "x"\nmax_draft_memory_fraction = 2\n',
+         "economics.max_draft_memory_fraction"),
         ("[economics]\nmax_speedup = 1\n", "economics.max_speedup"),
     ):  # fmt: skip
         with pytest.raises(InvalidInput) as caught:
