@@ -121,24 +121,27 @@ def measure_pair(
     engine, tokenizer, generator, k = built.engine, built.tokenizer, built.generator, built.k
     rows: list[dict[str, Any]] = []
     total = len(prompts)
-    encoded = [encode_prompt(tokenizer, p.prompt) for p in prompts]
     engine.timings.reset()
-    for i, (p, ids) in enumerate(zip(prompts, encoded, strict=True)):
+    # plain decoding of each prompt right after its speculative run: machine load then
+    # weighs on both sides of the measured speed-up alike
+    plain = None
+    if plain_baseline and engine.drafter is not None:
+        plain = SpeculativeEngine(built.target, None, engine.options, built.eos, generator)
+    for i, p in enumerate(prompts):
+        ids = encode_prompt(tokenizer, p.prompt)
         generator.manual_seed(_prompt_seed(s.seed, p.id))
         run = engine.generate(ids)
         row = {"id": p.id, "category": p.category, **run.to_dict()}
         rows.append(row)
+        if plain is not None:
+            generator.manual_seed(_prompt_seed(s.seed, p.id))
+            plain.generate(ids)
         if progress is not None:
             progress(i + 1, total)
     stats = summarize(rows, k)
-    plain_timings = None
-    if plain_baseline and engine.drafter is not None and prompts:
-        plain = SpeculativeEngine(built.target, None, engine.options, built.eos, generator)
-        for p, ids in zip(prompts, encoded, strict=True):
-            generator.manual_seed(_prompt_seed(s.seed, p.id))
-            plain.generate(ids)
-        plain_timings = plain.timings
-    economics = economics_summary(engine.timings, plain_timings, tau=stats["overall"]["tau"])
+    economics = economics_summary(
+        engine.timings, plain.timings if plain else None, tau=stats["overall"]["tau"]
+    )
     settings_dict = s.to_dict()
     settings_dict["k_effective"] = k
     return MeasurementResult(
