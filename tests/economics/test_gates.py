@@ -167,3 +167,26 @@ def test_gates_pass_fail_and_block_promotion(setup: tuple[Any, str]) -> None:
     # no [economics]: no economics gates
     plain = backend.validate_pair(ref=digest, runner_version="9.9", policy_text=_policy(""))
     assert not [n for n in _gates(plain) if n.startswith("economics")]
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_cli_table_json_compare_and_bad_input(setup: tuple[Any, str], cli: Any) -> None:
+    _, digest = setup
+    r = cli("economics", digest[:12], "--hardware", "toy", "--batch", "1,64", "--context", "256")
+    assert r.rc == 0, r.err
+    assert "predicted" in r.out and "break-even batch" in r.out and "toy" in r.out
+    j = cli("economics", digest[:12], "--hardware", "toy", "--batch", "1,64", "--json")
+    assert j.rc == 0 and [p["batch"] for p in j.json()["points"]] == [1, 64]
+    assert j.json()["hardware"]["name"] == "toy"
+    c = cli(
+        "economics", digest[:12], "--hardware", "toy", "--batch", "1", "--tau", "1.5",
+        "--compare", digest[:12], "--price", "2",
+    )  # fmt: skip
+    assert c.rc == 0 and "cheaper" in c.out
+    bad = cli("economics", digest[:12], "--batch", "1,x")
+    assert bad.rc == 2 and "--batch" in bad.err and "Traceback" not in bad.err
+    missing = cli("economics", digest[:12], "--hardware", "nope")
+    assert missing.rc == 2 and "no hardware profile 'nope'" in missing.err
+    hw = cli("hardware", "list", "--json")
+    names = {p["name"] for p in hw.json()}
+    assert {"toy", "h100-sxm", "l4"} <= names
