@@ -33,6 +33,10 @@ def _money(v: float | None) -> str:
     return "-" if v is None else f"{v:.4f}"
 
 
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4g}"
+
+
 def _si(v: float, unit: str) -> str:
     for div, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(v) >= div:
@@ -93,8 +97,8 @@ def show_report(r: EconomicsReport) -> None:
                 "yes" if p.fits else "no",
                 f"{p.speedup:.3f}",
                 p.bound,
-                f"{p.plain_tokens_per_s:.4g}",
-                f"{p.spec_tokens_per_s:.4g}",
+                _num(p.plain_tokens_per_s),
+                _num(p.spec_tokens_per_s),
                 _money(p.cost_per_million_plain),
                 _money(p.cost_per_million_emitted),
                 _money(p.cost_per_million_accepted_draft),
@@ -124,11 +128,8 @@ def show_compare(r: EconomicsReport, o: EconomicsReport) -> None:
         if ca is not None and cb is not None:
             cheaper = f"pair {r.pair_id}" if ca < cb else f"pair {o.pair_id}"
         else:  # no price: the faster one per token is the cheaper one
-            cheaper = (
-                f"pair {r.pair_id}"
-                if a.spec_tokens_per_s > b.spec_tokens_per_s
-                else (f"pair {o.pair_id}")
-            )
+            faster = (a.spec_tokens_per_s or 0.0) > (b.spec_tokens_per_s or 0.0)
+            cheaper = f"pair {r.pair_id}" if faster else f"pair {o.pair_id}"
         rows.append(
             (
                 a.batch,

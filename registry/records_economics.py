@@ -42,8 +42,8 @@ class EconomicsPoint(BaseModel):
     spec_step_s: float
     verify_s: float
     draft_s: float
-    plain_tokens_per_s: float
-    spec_tokens_per_s: float
+    plain_tokens_per_s: float | None
+    spec_tokens_per_s: float | None
     bound: str = Field(description="memory or compute: what limits the verification pass.")
     cost_per_million_plain: float | None
     cost_per_million_emitted: float | None

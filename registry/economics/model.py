@@ -100,8 +100,8 @@ class Point:
     verify_s: float
     draft_s: float
     speedup: float
-    plain_tokens_per_s: float
-    spec_tokens_per_s: float
+    plain_tokens_per_s: float | None  # None for a zero-cost step (no weights, no overhead)
+    spec_tokens_per_s: float | None
     bound: str  # "memory" or "compute": what limits the target's verification pass
     cost_per_million_plain: float | None
     cost_per_million_emitted: float | None
@@ -151,9 +151,10 @@ def point(
         spec_step_s=spec,
         verify_s=verify,
         draft_s=draft,
-        speedup=shape.tau * plain / spec,
-        plain_tokens_per_s=batch / plain,
-        spec_tokens_per_s=emitted / spec,
+        # a part with no weights on a profile without overheads costs nothing either way
+        speedup=shape.tau * plain / spec if spec > 0 else shape.tau,
+        plain_tokens_per_s=batch / plain if plain > 0 else None,
+        spec_tokens_per_s=emitted / spec if spec > 0 else None,
         bound="compute" if flop_t > mem_t else "memory",
         cost_per_million_plain=_cost(price, plain, batch),
         cost_per_million_emitted=_cost(price, spec, emitted),
