@@ -206,3 +206,25 @@ def test_monotonic_relations() -> None:
         for x in (2.0, 4.0)
     )
     assert c2.cost_per_million_emitted == pytest.approx(2 * c1.cost_per_million_emitted)
+
+
+def test_profile_toml_round_trip(tmp_path: Path) -> None:
+    from registry.economics.hardware import profile_toml
+
+    p = profile_from_dict(
+        {
+            **_hw_dict(),
+            "name": "local-cpu",
+            "description": 'a "quoted" CPU',
+            "step_overhead_s": 1e-4,
+            "layer_overhead_s": 2e-5,
+            "price_per_hour": 0.1,
+            "kind": "measured",
+            "measured_at": "2026-12-01T04:00:00Z",
+        },
+        kind="measured",
+    )
+    d = tmp_path / "hardware"
+    d.mkdir()
+    (d / "local-cpu.toml").write_text(profile_toml(p))
+    assert load_profiles(tmp_path)["local-cpu"] == p
