@@ -30,6 +30,7 @@ SUBAPPS: list[tuple[str, str, str | None, str]] = [
     ("cli.governance", "register", None, ""),
     ("cli.requests", "register", None, ""),
     ("cli.demo", "register", None, ""),
+    ("cli.economics", "register", None, ""),
 ]
 
 

@@ -100,10 +100,19 @@ def measure(
                 "prompts": data["prompts"],
                 "mlflow_run_id": out["mlflow_run_id"],
                 "measurement_id": stored.id,
+                "economics": data.get("economics"),
             }
         )
         return
     render_categories(data["categories"], data["overall"])
+    econ = data.get("economics") or {}
+    if econ.get("speedup_measured") is not None:
+        console.print(
+            f"speed-up vs plain decoding on the same prompts: {econ['speedup_measured']:.3f} "
+            f"measured, {_f(econ.get('speedup_predicted'))} predicted from the step times "
+            f"(c = {_f(econ.get('cost_ratio_c'))}); `pairreg economics` for batch sizes",
+            highlight=False,
+        )
     console.print(f"measurement {stored.id} stored; MLflow run {out['mlflow_run_id'] or '-'}")
 
 

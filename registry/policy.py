@@ -54,6 +54,15 @@ DEFAULTS: dict[str, Any] = {
     # level (false alarms over the whole life of a live pair) and the tolerated drop below
     # the validated rate before a drop counts.
     "online": {"level": 0.01, "tolerance": 0.02, "min_drafted": 1},
+    # Pair economics (registry.economics): gates apply only when a key is set.
+    "economics": {
+        "hardware": "",
+        "context": 4096,
+        "price_per_hour": 0.0,
+        "min_speedup": {},
+        "max_cost_per_million_tokens": 0.0,
+        "max_draft_memory_fraction": 0.0,
+    },
 }
 
 _NUMBER_RANGES: dict[tuple[str, str], tuple[float, float]] = {
@@ -176,11 +185,72 @@ def _check(policy: dict[str, Any]) -> None:
                 "certificate's DER fingerprint)",
                 field="provenance.trusted_roots",
             )
+    _check_economics(policy["economics"])
     if not isinstance(policy["drafter"]["declared_target_must_match"], bool):
         raise InvalidInput(
             "drafter.declared_target_must_match must be true or false",
             field="drafter.declared_target_must_match",
         )
+
+
+def _check_economics(econ: dict[str, Any]) -> None:
+    """``[economics]``: ``min_speedup`` maps batch sizes to floors (``{1 = 1.3, 16 = 1.0}``);
+    0 means "no gate" for the cost and memory ceilings."""
+    if not isinstance(econ["hardware"], str) or len(econ["hardware"]) > 100:
+        raise InvalidInput("economics.hardware must name a hardware profile", field="economics")
+    ctx = econ["context"]
+    if not isinstance(ctx, int) or isinstance(ctx, bool) or not 1 <= ctx <= 10_000_000:
+        raise InvalidInput(
+            "economics.context must be an integer from 1 to 10000000", field="economics.context"
+        )
+    for key, hi in (
+        ("price_per_hour", 1e6),
+        ("max_cost_per_million_tokens", 1e9),
+        ("max_draft_memory_fraction", 1.0),
+    ):
+        v = econ[key]
+        if not isinstance(v, int | float) or isinstance(v, bool) or not 0 <= v <= hi:
+            raise InvalidInput(
+                f"economics.{key} must be a number from 0 to {hi:g}", field=f"economics.{key}"
+            )
+        econ[key] = float(v)
+    floors = econ["min_speedup"]
+    if not isinstance(floors, dict):
+        raise InvalidInput(
+            "economics.min_speedup must be a table of batch = floor", field="economics.min_speedup"
+        )
+    clean: dict[str, float] = {}
+    for b, v in floors.items():
+        if not str(b).isdigit() or not 1 <= int(b) <= 1_000_000:
+            raise InvalidInput(
+                f"economics.min_speedup key {b!r} must be a batch size",
+                field="economics.min_speedup",
+            )
+        if not isinstance(v, int | float) or isinstance(v, bool) or not 0 < v <= 100:
+            raise InvalidInput(
+                f"economics.min_speedup.{b} must be a number from 0 to 100",
+                field="economics.min_speedup",
+            )
+        clean[str(int(b))] = float(v)
+    econ["min_speedup"] = dict(sorted(clean.items(), key=lambda kv: int(kv[0])))
+    gated = (
+        econ["min_speedup"]
+        or econ["max_cost_per_million_tokens"]
+        or (econ["max_draft_memory_fraction"])
+    )
+    if gated and not econ["hardware"]:
+        raise InvalidInput(
+            "economics gates need economics.hardware (a profile name)", field="economics.hardware"
+        )
+
+
+def economics_gated(policy: dict[str, Any]) -> bool:
+    econ = policy.get("economics") or {}
+    return bool(
+        econ.get("min_speedup")
+        or econ.get("max_cost_per_million_tokens")
+        or econ.get("max_draft_memory_fraction")
+    )
 
 
 def applicable_policy_name(asked: str | None, deployment_policy: str | None) -> str:
@@ -196,6 +266,7 @@ _DIGEST_OMIT_IF_DEFAULT = (
     ("provenance", "allowed_signers"),
     ("provenance", "trusted_roots"),
 )
+_DIGEST_OMIT_SECTION_IF_DEFAULT = ("economics",)
 
 
 def policy_digest(parsed: dict[str, Any]) -> str:
@@ -203,6 +274,9 @@ def policy_digest(parsed: dict[str, Any]) -> str:
     for section, key in _DIGEST_OMIT_IF_DEFAULT:
         if trimmed.get(section, {}).get(key) == DEFAULTS[section][key]:
             trimmed[section].pop(key, None)
+    for section in _DIGEST_OMIT_SECTION_IF_DEFAULT:
+        if trimmed.get(section) == DEFAULTS[section]:
+            trimmed.pop(section, None)
     return digest_of(trimmed)
 
 

@@ -21,6 +21,7 @@ from registry.methods import TYPICAL_DELTA, TYPICAL_EPSILON
 from runner.drafters import Drafter
 from runner.models import CachedLM, tree_mask
 from runner.sampling import probs_from_logits, speculative_verify, typical_accept
+from runner.timings import StepTimings
 from runner.tree import DraftTree, verify_greedy, verify_sampling
 
 
@@ -107,6 +108,8 @@ class SpeculativeEngine:
         )
         self.device = self.target.device
         self._sync = self.device.type == "cuda"
+        # per-pass costs for pair economics (tokens verified per pass -> time)
+        self.timings = StepTimings()
 
     def _probs(self, logits: torch.Tensor) -> torch.Tensor:
         o = self.options
@@ -124,6 +127,7 @@ class SpeculativeEngine:
         last_only: bool = False,
         positions: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
+        prefill: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Every target pass goes through here (one place to time or count them)."""
         t0 = self._now()
@@ -131,7 +135,9 @@ class SpeculativeEngine:
             torch.tensor(ids, device=self.device), last_only=last_only, positions=positions,
             mask=mask,
         )  # fmt: skip
-        run.target_time_s += self._now() - t0
+        dt = self._now() - t0
+        run.target_time_s += dt
+        self.timings.add_target(len(ids), dt, prefill=prefill)
         run.target_calls += 1
         return out
 
@@ -156,7 +162,9 @@ class SpeculativeEngine:
         feats: list[torch.Tensor] = []
 
         # prefill: one target call that emits the first token
-        logits, hidden = self._target_forward(run, tokens, last_only=not self.target.want_hidden)
+        logits, hidden = self._target_forward(
+            run, tokens, last_only=not self.target.want_hidden, prefill=True
+        )
         first = self._pick(logits[-1:])
         if hidden is not None:
             feats.append(hidden)
@@ -164,6 +172,7 @@ class SpeculativeEngine:
         out.append(first)
         tokens.append(first)
         done = first in self.eos
+        t_decode = self._now()
 
         while not done and len(out) < o.max_new_tokens:
             budget = o.max_new_tokens - len(out)
@@ -183,6 +192,7 @@ class SpeculativeEngine:
                     done = True
                     break
 
+        self.timings.add_decode(self._now() - t_decode, len(out) - 1)
         run.output_ids = out
         run.emitted = len(out)
         return run
@@ -202,7 +212,9 @@ class SpeculativeEngine:
         if self.drafter is not None and k_eff > 0:
             t0 = self._now()
             drafts, q = self.drafter.propose(tokens, k_eff, new_hidden)
-            run.draft_time_s += self._now() - t0
+            dt = self._now() - t0
+            run.draft_time_s += dt
+            self.timings.add_draft(k_eff, dt)
         n = len(drafts)
         logits, hidden = self._target_forward(run, [tokens[-1], *drafts])
         n_acc, nxt, betas = self._verify(logits, drafts, q, produced)
@@ -233,7 +245,9 @@ class SpeculativeEngine:
         if depth > 0:
             t0 = self._now()
             tree = self.drafter.propose_tree(tokens, depth, new_hidden)  # type: ignore[attr-defined]
-            run.draft_time_s += self._now() - t0
+            dt = self._now() - t0
+            run.draft_time_s += dt
+            self.timings.add_draft(depth, dt)
         n = len(tree)
         past = self.target.length
         if n:

@@ -12,11 +12,12 @@ from typing import Any
 import torch
 
 from runner.build import build_engine
-from runner.engine import greedy_decode
+from runner.engine import SpeculativeEngine, greedy_decode
 from runner.models import eos_ids, load_causal_lm, load_tokenizer, resolve_device
 from runner.settings import MeasureSettings
 from runner.stats import summarize
 from runner.suites import Prompt
+from runner.timings import economics_summary
 from runner.version import RUNNER_VERSION
 
 
@@ -35,6 +36,7 @@ class MeasurementResult:
     target_dir: str | None = None
     drafter_dir: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    economics: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -54,6 +56,8 @@ class MeasurementResult:
             d["drafter_dir"] = self.drafter_dir
         if self.extra:
             d["extra"] = self.extra
+        if self.economics:
+            d["economics"] = self.economics
         return d
 
 
@@ -98,6 +102,7 @@ def measure_pair(
     settings: MeasureSettings,
     progress: Callable[[int, int], None] | None = None,
     suite_digest: str | None = None,
+    plain_baseline: bool = True,
 ) -> MeasurementResult:
     """Run every prompt through the speculative loop and summarise.
 
@@ -105,20 +110,38 @@ def measure_pair(
     head in the speculators format (``eagle``, ``eagle3``) or ignored (``prompt_lookup``,
     ``none``); ``settings.tree`` turns a head's chain into a token tree of depth ``k``.
     ``progress(done, total)`` after each prompt.
+
+    With ``plain_baseline`` the same prompts are decoded again by the target alone, so the
+    result's ``economics`` holds the measured speed-up against plain decoding, the target's
+    pass time by tokens verified, the drafter's step time, and the batch-1 prediction from
+    those timings (:mod:`runner.timings`).
     """
     s = settings
     built = build_engine(s, target_dir, drafter_dir)
     engine, tokenizer, generator, k = built.engine, built.tokenizer, built.generator, built.k
     rows: list[dict[str, Any]] = []
     total = len(prompts)
+    engine.timings.reset()
+    # plain decoding of each prompt right after its speculative run: machine load then
+    # weighs on both sides of the measured speed-up alike
+    plain = None
+    if plain_baseline and engine.drafter is not None:
+        plain = SpeculativeEngine(built.target, None, engine.options, built.eos, generator)
     for i, p in enumerate(prompts):
+        ids = encode_prompt(tokenizer, p.prompt)
         generator.manual_seed(_prompt_seed(s.seed, p.id))
-        run = engine.generate(encode_prompt(tokenizer, p.prompt))
+        run = engine.generate(ids)
         row = {"id": p.id, "category": p.category, **run.to_dict()}
         rows.append(row)
+        if plain is not None:
+            generator.manual_seed(_prompt_seed(s.seed, p.id))
+            plain.generate(ids)
         if progress is not None:
             progress(i + 1, total)
     stats = summarize(rows, k)
+    economics = economics_summary(
+        engine.timings, plain.timings if plain else None, tau=stats["overall"]["tau"]
+    )
     settings_dict = s.to_dict()
     settings_dict["k_effective"] = k
     return MeasurementResult(
@@ -131,6 +154,7 @@ def measure_pair(
         suite_digest=suite_digest,
         target_dir=str(target_dir),
         drafter_dir=str(drafter_dir) if drafter_dir else None,
+        economics=economics,
     )
 
 

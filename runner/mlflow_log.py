@@ -80,7 +80,34 @@ def _flatten_metrics(result: dict[str, Any]) -> dict[str, float]:
         for i, v in enumerate(stats.get("per_position") or []):
             if v is not None:
                 metrics[f"acceptance_pos{i}.{cat}"] = float(v)
+    metrics.update(economics_metrics(result.get("economics") or {}))
     return metrics
+
+
+def economics_metrics(econ: dict[str, Any]) -> dict[str, float]:
+    """Pair-economics figures of a measurement as MLflow metrics: measured and predicted
+    speed-up at batch 1, the cost ratio c, mean step times, and the target's pass time by
+    tokens verified (``economics.target_s.n<N>``)."""
+    out: dict[str, float] = {}
+    for key in (
+        "speedup_measured",
+        "speedup_predicted",
+        "cost_ratio_c",
+        "plain_call_s",
+        "verify_call_s",
+        "draft_step_s",
+        "tokens_per_verify_pass",
+    ):
+        v = econ.get(key)
+        if isinstance(v, int | float):
+            out[f"economics.{key}"] = float(v)
+    for n, row in ((econ.get("spec") or {}).get("target_by_tokens") or {}).items():
+        if isinstance(row.get("mean_s"), int | float):
+            out[f"economics.target_s.n{n}"] = float(row["mean_s"])
+    for n, row in ((econ.get("spec") or {}).get("draft_by_tokens") or {}).items():
+        if isinstance(row.get("mean_s"), int | float):
+            out[f"economics.draft_s.k{n}"] = float(row["mean_s"])
+    return out
 
 
 def log_measurement(

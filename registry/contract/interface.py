@@ -43,6 +43,7 @@ from registry.records import (
     TokenRecord,
     VerifyReport,
 )
+from registry.records_economics import EconomicsReport, HardwareList
 from registry.records_governance import (
     DeploymentEventRecord,
     DeploymentRecord,
@@ -153,6 +154,25 @@ class Backend(Protocol):
 
     def export_speculators(self, *, pair: str) -> SpeculatorsExport:
         """The pair's drafter as a speculators config.json with its verifier pinned."""
+        ...
+
+    def pair_economics(
+        self,
+        *,
+        pair: str,
+        hardware: str | None = ...,
+        batch: list[int] | None = ...,
+        context: int = ...,
+        price: float | None = ...,
+        tau: float | None = ...,
+        memory_fraction: float = ...,
+        compare: str | None = ...,
+    ) -> EconomicsReport:
+        """Predicted speed-up, memory limits and cost per 1M tokens by batch size."""
+        ...
+
+    def list_hardware(self) -> HardwareList:
+        """Hardware profiles: shipped (datasheets), measured and the user's own."""
         ...
 
     def deprecate_pair(self, *, ref: str, reason: Reason) -> PairRecord:

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from registry import hub, model_facts, model_signature
 from registry.audit import append_event, lock_writes
+from registry.economics import facts as economic_facts
 from registry.errors import Conflict, InvalidInput, NotFound, PairregError
 from registry.manifest import (
     Manifest,
@@ -156,6 +157,10 @@ def _describe(content: _Content) -> dict[str, Any]:
     except model_facts.ModelFactsError as exc:
         raise InvalidInput(f"source: {exc}", field="source") from exc
     out["facts"] = facts.to_dict()
+    try:  # parameters, weight bytes, KV bytes per token: headers and config only
+        out["facts"]["economics"] = economic_facts.read_facts(content.content_dir).to_dict()
+    except (economic_facts.FactsError, OSError) as exc:
+        out["facts"]["economics_error"] = str(exc)
     return out
 
 

@@ -13,6 +13,11 @@ Gates (each a row with what was required and what was measured):
 * ``declared_target``: the drafter's own record of its intended target names this target.
 * ``alpha.max_drop``: α may fall at most ``max_drop`` below the deployment's live pair.
 * ``flags``: no open drift or integrity flag on the pair or its artifacts.
+* ``economics.speedup.b<N>``, ``economics.cost``, ``economics.draft_memory``: with an
+  ``[economics]`` section, the predicted speed-up at each batch of ``min_speedup`` (the
+  batch must also fit in memory with the drafter), the cost per 1M emitted tokens at those
+  batches, and the drafter's share of memory, on the named hardware profile, from this
+  measurement's τ (:mod:`registry.services.economics`).
 
 The same function runs again inside the promoting transaction, so a promotion always sees
 the gates as they stand at that moment (a flag opened since validation blocks it).
@@ -28,11 +33,16 @@ from sqlalchemy.orm import Session
 
 from registry import lifecycle
 from registry.audit import append_event
-from registry.errors import InvalidInput, NotFound
+from registry.errors import InvalidInput, NotFound, PairregError
 from registry.model_signature import signer_refusal
 from registry.models import Deployment, DriftFlag, Job, Measurement, Pair, Policy, Validation
 from registry.params import Cursor, Id, Limit
-from registry.policy import applicable_policy_name, category_floor, measurement_settings
+from registry.policy import (
+    applicable_policy_name,
+    category_floor,
+    economics_gated,
+    measurement_settings,
+)
 from registry.records import Page, from_row
 from registry.records_governance import GateResult, ValidateResult, ValidationRecord
 from registry.refs import resolve_deployment, resolve_pair
@@ -117,6 +127,87 @@ def signature_gate(policy: dict[str, Any], pair: Pair) -> GateResult | None:
         measured="; ".join(refusals) if refusals else ("; ".join(signers) or "no signatures"),
         passed=not refusals,
     )
+
+
+def economics_gates(
+    session: Session, pair: Pair, policy: dict[str, Any], m: Measurement
+) -> list[GateResult]:
+    """The ``[economics]`` gates (none when the policy sets none)."""
+    if not economics_gated(policy):
+        return []
+    from registry.economics.hardware import get_profile
+    from registry.economics.model import DEFAULT_MEMORY_FRACTION
+    from registry.services.economics import build_report
+    from registry.settings import get_settings
+
+    econ = policy["economics"]
+    floors = {int(b): float(v) for b, v in econ["min_speedup"].items()}
+    where = f"on {econ['hardware']} at context {econ['context']}"
+    try:
+        report = build_report(
+            session,
+            pair,
+            profile=get_profile(econ["hardware"], get_settings().home_dir),
+            batches=sorted(floors) or [1],
+            context=int(econ["context"]),
+            price=econ["price_per_hour"] or None,
+            memory_fraction=DEFAULT_MEMORY_FRACTION,
+            measurement=m,
+        )
+    except PairregError as exc:
+        return [
+            GateResult(
+                name="economics",
+                required="pair economics computable " + where,
+                measured="unavailable",
+                passed=False,
+                detail=str(exc),
+            )
+        ]
+    gates: list[GateResult] = []
+    for pt in report.points:
+        if pt.batch not in floors:
+            continue
+        fits = "" if pt.fits else f" (does not fit: max batch {report.max_batch_spec})"
+        gates.append(
+            GateResult(
+                name=f"economics.speedup.b{pt.batch}",
+                required=f">= {floors[pt.batch]:.3f} {where}",
+                measured=f"{pt.speedup:.3f}{fits}",
+                passed=pt.fits and pt.speedup >= floors[pt.batch],
+                detail=f"predicted from τ {report.tau:.3f} ({report.tau_source})",
+            )
+        )
+    ceiling = econ["max_cost_per_million_tokens"]
+    if ceiling:
+        costs = [(pt.batch, pt.cost_per_million_emitted) for pt in report.points]
+        worst = max((c for _, c in costs if c is not None), default=None)
+        gates.append(
+            GateResult(
+                name="economics.cost",
+                required=f"<= {ceiling:.4f} per 1M emitted tokens {where}",
+                measured="no price per hour"
+                if worst is None
+                else ", ".join(f"b{b}: {c:.4f}" for b, c in costs if c is not None),
+                passed=worst is not None and worst <= ceiling,
+                detail=None
+                if worst is not None
+                else "set economics.price_per_hour or a profile price",
+            )
+        )
+    frac = econ["max_draft_memory_fraction"]
+    if frac:
+        gates.append(
+            GateResult(
+                name="economics.draft_memory",
+                required=f"<= {frac:.4f} of memory {where}",
+                measured=f"{report.draft_memory_fraction:.4f}",
+                passed=report.draft_memory_fraction <= frac,
+                detail=f"max batch {report.max_batch_spec} with the drafter, "
+                f"{report.max_batch_plain} without",
+            )
+        )
+    return gates
 
 
 def baseline_measurement(
@@ -231,6 +322,7 @@ def evaluate_gates(
                 detail=mismatch[0] if mismatch else None,
             )
         )
+    gates += economics_gates(session, pair, p, m)
     flags = open_flags(session, pair)
     gates.append(
         GateResult(

@@ -50,6 +50,8 @@ ROLE_TABLE: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/v1/pairs/{ref}"): READ_REGISTRY,
     ("GET", "/v1/pairs/proposal"): READ_REGISTRY,
     ("GET", "/v1/pairs/{pair}/speculators"): READ_REGISTRY,
+    ("GET", "/v1/pairs/{pair}/economics"): READ_REGISTRY,
+    ("GET", "/v1/hardware"): READ_REGISTRY,
     ("POST", "/v1/pairs/{ref}/deprecate"): GOVERN,
     ("POST", "/v1/pairs/{ref}/retire"): GOVERN,
     # audit log

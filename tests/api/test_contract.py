@@ -31,6 +31,7 @@ from registry.policy import measurement_settings
 from registry.services import OPERATIONS as DECORATED
 from registry.services.system import initialise, read_credentials
 from registry.settings import Settings
+from tests.economics.helpers import safetensors_bytes
 from tests.fixtures import write_fake_model
 
 # Values that differ between two runs of the same script by nature, not by contract.
@@ -240,6 +241,9 @@ def scenario(call: Recorder, models: dict[str, Path]) -> None:
     call("export_serving", deployment="prod", engine="vllm")
     call("propose_pair", draft="acme/h@v1")
     call("export_speculators", pair=pa)
+    call("list_hardware")
+    call("pair_economics", pair=pa, hardware="l4", batch=[1, 8, 64], context=512, price=0.8,
+         compare=pb)  # fmt: skip
     call("maintain_partitions", ahead=1)
 
     call("deprecate_pair", ref=pb, reason="superseded")
@@ -262,13 +266,21 @@ def scenario(call: Recorder, models: dict[str, Path]) -> None:
     call("get_archived_request", directory=str(models["archive"]), request_id="r-1")
 
 
+HEADS = {"num_attention_heads": 4, "num_key_value_heads": 2}
+
+
+def _st(rows: int) -> bytes:
+    """Weights as a real safetensors file, so pair economics can read its header."""
+    return safetensors_bytes({"w": ("F32", [rows, 64])})
+
+
 @pytest.fixture
 def models(tmp_path: Path) -> dict[str, Path]:
     return {
-        "t1": write_fake_model(tmp_path / "models" / "t1", weights=b"t1"),
-        "t2": write_fake_model(tmp_path / "models" / "t2", weights=b"t2"),
-        "d": write_fake_model(tmp_path / "models" / "d", hidden_size=32, weights=b"d"),
-        "d_changed": write_fake_model(tmp_path / "models" / "dx", hidden_size=32, weights=b"x"),
+        "t1": write_fake_model(tmp_path / "models" / "t1", weights=_st(64), config_extra=HEADS),
+        "t2": write_fake_model(tmp_path / "models" / "t2", weights=_st(65), config_extra=HEADS),
+        "d": write_fake_model(tmp_path / "models" / "d", hidden_size=32, weights=_st(16)),
+        "d_changed": write_fake_model(tmp_path / "models" / "dx", hidden_size=32, weights=_st(17)),
         "heads": write_fake_model(
             tmp_path / "models" / "h", weights=b"h", config_extra=SPECULATORS_EAGLE3
         ),

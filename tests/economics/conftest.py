@@ -1,0 +1,3 @@
+"""Economics fixtures: the in-process ``pairreg`` runner."""
+
+from tests.core.conftest import cli  # noqa: F401 - re-exported pytest fixture
