@@ -67,9 +67,9 @@ def drop_db(base_url: str, url: str) -> None:
 
 def setup_registry(url: str, tmp: Path) -> tuple[str, str]:
     """A pair live on deployment ``bench`` since an hour ago; returns (deployment, token)."""
-    from registry.models import Pair
     from registry.services import artifacts, deployments, pairs, tokens
     from tests.fixtures import write_fake_model
+    from tests.requests.conftest import promote_at
 
     db.upgrade(url)
     target = write_fake_model(tmp / "target", weights=b"t")
@@ -80,12 +80,8 @@ def setup_registry(url: str, tmp: Path) -> tuple[str, str]:
         p = pairs.register_pair(s, target=t.artifact.ref, draft=d.artifact.ref,
                                 method="draft_model", k=4, actor="b").pair  # fmt: skip
         deployments.create_deployment(s, name="bench", actor="b")
+    promote_at(url, "bench", p.pair_digest, datetime.now(UTC) - timedelta(hours=1))
     with session_scope(url) as s:
-        dep = deployments.find_deployment(s, "bench")
-        pair = s.get(Pair, p.id)
-        ev = deployments._move(s, dep, action="promote", to_pair=pair, reason="bench",
-                               validation_id=None, expect_version=None, actor="b")  # fmt: skip
-        ev.at = datetime.now(UTC) - timedelta(hours=1)
         token = tokens.create_token(s, name="bench", role="ingest", actor="b").secret
     return "bench", token
 
