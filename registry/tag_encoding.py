@@ -35,29 +35,35 @@ def time_text(value: datetime) -> str:
     return utc.isoformat(timespec="microseconds")[:-6] + "Z"
 
 
+def counters_json(steps: Any, drafted: Any, accepted: Any, histogram: Any) -> str | None:
+    """Canonical JSON of spec counters given as values (None when they are not plain ints)."""
+    if type(steps) is int and type(drafted) is int and type(accepted) is int:
+        if histogram is None:
+            h = "null"
+        elif type(histogram) is list and all(type(x) is int for x in histogram):
+            h = "[" + ",".join(map(str, histogram)) + "]"
+        else:
+            return None
+        return (
+            f'{{"acceptance_histogram":{h},"num_accepted_draft_tokens":{accepted},'
+            f'"num_draft_tokens":{drafted},"num_spec_steps":{steps}}}'
+        )
+    return None
+
+
 def spec_json(spec: dict[str, Any] | None) -> str:
     """Canonical JSON of a tag's spec counters (``null`` when absent)."""
     if spec is None:
         return "null"
     if spec.keys() == _SPEC_KEYS:
-        hist = spec["acceptance_histogram"]
-        a, d, s = (
-            spec["num_accepted_draft_tokens"],
-            spec["num_draft_tokens"],
+        fast = counters_json(
             spec["num_spec_steps"],
+            spec["num_draft_tokens"],
+            spec["num_accepted_draft_tokens"],
+            spec["acceptance_histogram"],
         )
-        if type(a) is int and type(d) is int and type(s) is int:
-            if hist is None:
-                h = "null"
-            elif type(hist) is list and all(type(x) is int for x in hist):
-                h = "[" + ",".join(map(str, hist)) + "]"
-            else:
-                h = ""
-            if h:
-                return (
-                    f'{{"acceptance_histogram":{h},"num_accepted_draft_tokens":{a},'
-                    f'"num_draft_tokens":{d},"num_spec_steps":{s}}}'
-                )
+        if fast is not None:
+            return fast
     return canonical_json(spec).decode("ascii")
 
 

@@ -62,7 +62,13 @@ from registry.refs import resolve_deployment, resolve_pair
 from registry.services.artifacts import to_record as artifact_record
 from registry.services.base import check_limit, operation
 from registry.services.pairs import to_record as pair_record
-from registry.tag_encoding import json_string, spec_json, tag_digest_hex, time_text
+from registry.tag_encoding import (
+    counters_json,
+    json_string,
+    spec_json,
+    tag_digest_hex,
+    time_text,
+)
 from registry.tag_store import Row, conflict
 
 _CHUNK = 5000  # ids per IN (...) list; SQLite's variable limit is 32766
@@ -207,7 +213,18 @@ def _rows(session: Session, parsed: list[TagIn]) -> tuple[list[Row], list[str]]:
         else:
             pair_id, filled = pair_ids[tag.pair_digest], False
             consistent = pair_id == live
-        spec = None if tag.spec is None else spec_json(tag.spec.model_dump())
+        sp = tag.spec
+        spec = (
+            None
+            if sp is None
+            else counters_json(
+                sp.num_spec_steps,
+                sp.num_draft_tokens,
+                sp.num_accepted_draft_tokens,
+                sp.acceptance_histogram,
+            )
+            or spec_json(sp.model_dump())
+        )
         digest = tag_digest_hex(
             request_id=tag.request_id,
             deployment_json=dep_json[tag.deployment],

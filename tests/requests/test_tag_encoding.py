@@ -137,3 +137,19 @@ def test_time_text_matches_format_time() -> None:
     rng = random.Random(3)
     for at in _times(rng):
         assert time_text(at) == format_time(at)
+
+
+def test_counters_json_from_the_validated_model() -> None:
+    from registry.records_requests import SpecCounters
+    from registry.tag_encoding import counters_json
+
+    for raw in _specs(random.Random(5))[1:3]:
+        sc = SpecCounters.model_validate(raw)
+        fast = counters_json(
+            sc.num_spec_steps,
+            sc.num_draft_tokens,
+            sc.num_accepted_draft_tokens,
+            sc.acceptance_histogram,
+        )
+        assert fast == canonical_json(sc.model_dump()).decode()
+    assert counters_json(1, 2, 3, (1, 2)) is None  # not a list: left to the slow path
