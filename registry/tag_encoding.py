@@ -22,6 +22,7 @@ from registry.canonical import canonical_json
 
 json_string = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
 
+_INT = frozenset((int,))
 _SPEC_KEYS = frozenset(
     ("acceptance_histogram", "num_accepted_draft_tokens", "num_draft_tokens", "num_spec_steps")
 )
@@ -40,7 +41,7 @@ def counters_json(steps: Any, drafted: Any, accepted: Any, histogram: Any) -> st
     if type(steps) is int and type(drafted) is int and type(accepted) is int:
         if histogram is None:
             h = "null"
-        elif type(histogram) is list and all(type(x) is int for x in histogram):
+        elif type(histogram) is list and set(map(type, histogram)) <= _INT:
             h = "[" + ",".join(map(str, histogram)) + "]"
         else:
             return None
@@ -68,25 +69,24 @@ def spec_json(spec: dict[str, Any] | None) -> str:
 
 
 def tag_json(
-    *,
     request_id: str,
     deployment_json: str,
-    pair_digest: str,
+    pair_digest_json: str,
     served_at: str,
     input_tokens: int,
     output_tokens: int,
     spec: str,
 ) -> bytes:
-    """``canonical_json(tag_body(...))`` from pre-encoded parts: ``deployment_json`` is
-    ``json_string(name)`` (one per batch), ``served_at`` is ``time_text(...)``, ``spec`` is
-    ``spec_json(...)``."""
+    """``canonical_json(tag_body(...))`` from pre-encoded parts: ``deployment_json`` and
+    ``pair_digest_json`` are ``json_string(...)`` of the name and digest (one per batch and
+    pair), ``served_at`` is ``time_text(...)``, ``spec`` is ``spec_json(...)``."""
     return (
         f'{{"deployment":{deployment_json},"input_tokens":{int(input_tokens)!r},'
-        f'"output_tokens":{int(output_tokens)!r},"pair_digest":{json_string(pair_digest)},'
+        f'"output_tokens":{int(output_tokens)!r},"pair_digest":{pair_digest_json},'
         f'"request_id":{json_string(request_id)},"served_at":"{served_at}","spec":{spec}}}'
     ).encode("ascii")
 
 
-def tag_digest_hex(**parts: Any) -> str:
-    """SHA-256 hex of :func:`tag_json`."""
-    return hashlib.sha256(tag_json(**parts)).hexdigest()
+def tag_digest_hex(*parts: Any, **named: Any) -> str:
+    """SHA-256 hex of :func:`tag_json` (same arguments)."""
+    return hashlib.sha256(tag_json(*parts, **named)).hexdigest()

@@ -197,6 +197,7 @@ def _rows(session: Session, parsed: list[TagIn]) -> tuple[list[Row], list[str]]:
             }
         )
     dep_json = {name: json_string(name) for name in dep_names}
+    pair_json = {i: json_string(d) for i, d in digest_of_pair.items()}
 
     rows: dict[str, Row] = {}
     for i, tag in enumerate(parsed):
@@ -226,13 +227,13 @@ def _rows(session: Session, parsed: list[TagIn]) -> tuple[list[Row], list[str]]:
             or spec_json(sp.model_dump())
         )
         digest = tag_digest_hex(
-            request_id=tag.request_id,
-            deployment_json=dep_json[tag.deployment],
-            pair_digest=digest_of_pair[pair_id],
-            served_at=time_text(tag.served_at),
-            input_tokens=tag.input_tokens,
-            output_tokens=tag.output_tokens,
-            spec="null" if spec is None else spec,
+            tag.request_id,
+            dep_json[tag.deployment],
+            pair_json[pair_id],
+            time_text(tag.served_at),
+            tag.input_tokens,
+            tag.output_tokens,
+            "null" if spec is None else spec,
         )
         prior = rows.get(tag.request_id)
         if prior is not None and prior.tag_digest != digest:

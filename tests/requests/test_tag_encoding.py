@@ -88,7 +88,7 @@ def test_tag_json_is_canonical_json_of_tag_body() -> None:
                     fast = tag_json(
                         request_id=rid,
                         deployment_json=json_string(dep),
-                        pair_digest="ab" * 32,
+                        pair_digest_json=json_string("ab" * 32),
                         served_at=time_text(at),
                         input_tokens=ins,
                         output_tokens=outs,
@@ -104,7 +104,7 @@ def test_digest_is_the_one_recorded_today() -> None:
     parts = dict(
         request_id="req-7f3a",
         deployment_json=json_string("chat-prod"),
-        pair_digest="0" * 64,
+        pair_digest_json=json_string("0" * 64),
         served_at=time_text(datetime(2026, 11, 29, 14, 0, 0, 123456, tzinfo=UTC)),
         input_tokens=42,
         output_tokens=128,
