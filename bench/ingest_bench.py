@@ -67,9 +67,9 @@ def drop_db(base_url: str, url: str) -> None:
 
 def setup_registry(url: str, tmp: Path) -> tuple[str, str]:
     """A pair live on deployment ``bench`` since an hour ago; returns (deployment, token)."""
-    from registry.models import Pair
     from registry.services import artifacts, deployments, pairs, tokens
     from tests.fixtures import write_fake_model
+    from tests.requests.conftest import promote_at
 
     db.upgrade(url)
     target = write_fake_model(tmp / "target", weights=b"t")
@@ -80,14 +80,23 @@ def setup_registry(url: str, tmp: Path) -> tuple[str, str]:
         p = pairs.register_pair(s, target=t.artifact.ref, draft=d.artifact.ref,
                                 method="draft_model", k=4, actor="b").pair  # fmt: skip
         deployments.create_deployment(s, name="bench", actor="b")
+    promote_at(url, "bench", p.pair_digest, datetime.now(UTC) - timedelta(hours=1))
     with session_scope(url) as s:
-        dep = deployments.find_deployment(s, "bench")
-        pair = s.get(Pair, p.id)
-        ev = deployments._move(s, dep, action="promote", to_pair=pair, reason="bench",
-                               validation_id=None, expect_version=None, actor="b")  # fmt: skip
-        ev.at = datetime.now(UTC) - timedelta(hours=1)
         token = tokens.create_token(s, name="bench", role="ingest", actor="b").secret
     return "bench", token
+
+
+def drop_tag_fks(url: str) -> None:
+    with _admin(url).connect() as conn:
+        for table, fk in FKS:
+            conn.execute(text(f"ALTER TABLE {table} DROP CONSTRAINT {fk}"))
+
+
+FKS = (
+    ("request_tags", "fk_request_tags_deployment_id_deployments"),
+    ("request_tags", "fk_request_tags_pair_id_pairs"),
+    ("request_ids", "fk_request_ids_batch_id_request_batches"),
+)
 
 
 def make_tags(n: int, deployment: str) -> list[dict]:
@@ -264,6 +273,12 @@ def main() -> None:
     ap.add_argument("--lookups", type=int, default=2000)
     ap.add_argument("--port", type=int, default=18765)
     ap.add_argument("--keep", action="store_true", help="Keep the scratch database.")
+    ap.add_argument(
+        "--what-if-no-fks",
+        action="store_true",
+        help="Drop the per-row foreign keys of request_ids/request_tags in the scratch database "
+        "first: what they cost (the COPY baseline has none). Not the shipped schema.",
+    )
     args = ap.parse_args()
 
     url = scratch_db(args.pg)
@@ -271,6 +286,8 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             deployment, token = setup_registry(url, Path(tmp))
+            if args.what_if_no_fks:
+                drop_tag_fks(url)
             tags = make_tags(args.tags, deployment)
             proc = start_api(url, Path(tmp) / "home", args.port, args.workers)
             api_s = ingest_via_api(args.port, token, tags, args.batch, args.clients)
@@ -292,6 +309,7 @@ def main() -> None:
             copy_rate = args.tags / copy_s
             print(json.dumps({
                 "tags": args.tags, "stored": stored, "batch": args.batch,
+                "what_if_no_fks": args.what_if_no_fks,
                 "clients": args.clients, "api_workers": args.workers,
                 "api_seconds": round(api_s, 2), "api_tags_per_s": round(api_rate),
                 "copy_seconds": round(copy_s, 2), "copy_tags_per_s": round(copy_rate),

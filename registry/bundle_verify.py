@@ -119,7 +119,7 @@ def merkle_root(digests: list[str]) -> str:
     """RFC 6962 Merkle tree hash over tag digests in the given order (empty: SHA-256 of b'')."""
     if not digests:
         return hashlib.sha256(b"").hexdigest()
-    return _root([_leaf(d) for d in digests]).hex()
+    return merkle.root_from_leaves([_leaf(d) for d in digests]).hex()  # bottom-up: no recursion
 
 
 def merkle_path(digests: list[str], index: int) -> list[str]:

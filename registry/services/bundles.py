@@ -122,11 +122,14 @@ def build_bundle(
         .order_by(AuditEvent.seq)
     ).all()
 
-    leaves = list(
-        session.execute(
-            select(RequestId.request_id, RequestId.tag_digest)
-            .where(RequestId.batch_id == answer.tag.batch_id)
-            .order_by(RequestId.request_id)
+    # Sorted here, not by the database: ingest orders a batch's leaves by Python's code-point
+    # order, which a PostgreSQL collation other than C may not share.
+    leaves = sorted(
+        (r, d)
+        for r, d in session.execute(
+            select(RequestId.request_id, RequestId.tag_digest).where(
+                RequestId.batch_id == answer.tag.batch_id
+            )
         )
     )
     ids = [r for r, _ in leaves]

@@ -6,10 +6,11 @@ Ingest of one batch, in one transaction:
 2. work out the pair live on each tag's deployment at its ``served_at`` from the deployment's
    event history (read once per deployment per batch, then a binary search per tag); a tag
    without a digest gets that pair, a tag whose digest differs is stored as *inconsistent*;
-3. look the batch's request ids up in ``request_ids`` in one query: an identical digest is a
-   retry (no-op), a different one fails the whole batch with 409 naming the ids;
-4. insert the new ids with ``ON CONFLICT DO NOTHING RETURNING`` (a concurrent batch that
-   won a race is re-checked the same way), then the tag rows (``COPY`` on PostgreSQL);
+3. digest each tag (``registry.tag_encoding``: the canonical bytes without a dict per tag);
+   the same id twice in the batch with different content is a 409;
+4. store the new ids and their tags (``registry.tag_store``: on PostgreSQL a ``COPY`` into a
+   staging table and one set-based statement); an id already recorded with the same digest is
+   a retry (no-op), with a different digest it fails the whole batch with 409 naming the ids;
 5. append one audit event with the batch's Merkle root over the stored tags' digests.
 
 The registry's global write lock is taken only at step 5 (by ``append_event``), so batches
@@ -28,14 +29,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import Field, ValidationError
-from sqlalchemy import and_, case, func, insert, or_, select, text
+from pydantic import Field, TypeAdapter, ValidationError
+from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from registry import tag_store
 from registry.audit import append_event
-from registry.bundle_verify import format_time, merkle_root, tag_body
+from registry.bundle_verify import format_time, merkle_root
 from registry.canonical import digest_of
-from registry.errors import Conflict, InvalidInput, NotFound
+from registry.errors import InvalidInput, NotFound
 from registry.models import (
     Deployment,
     DeploymentEvent,
@@ -61,6 +63,14 @@ from registry.services import online
 from registry.services.artifacts import to_record as artifact_record
 from registry.services.base import check_limit, operation
 from registry.services.pairs import to_record as pair_record
+from registry.tag_encoding import (
+    counters_json,
+    json_string,
+    spec_json,
+    tag_digest_hex,
+    time_text,
+)
+from registry.tag_store import Row, conflict
 
 _CHUNK = 5000  # ids per IN (...) list; SQLite's variable limit is 32766
 
@@ -112,151 +122,34 @@ def load_timelines(session: Session, deployment_ids: Iterable[int]) -> dict[int,
 # --- ingest -----------------------------------------------------------------------------
 
 
+_TAGS = TypeAdapter(list[TagIn])
+
+
 def _parse_tags(tags: Sequence[TagIn | dict[str, Any]]) -> list[TagIn]:
+    """Tags as :class:`TagIn` (the HTTP edge already validated them; local callers may pass
+    dicts, validated here in one call)."""
     if not isinstance(tags, list | tuple):
         raise InvalidInput("tags must be a list", field="tags")
     if len(tags) > MAX_BATCH:
         raise InvalidInput(
             f"a batch holds at most {MAX_BATCH} tags, got {len(tags)}: split it", field="tags"
         )
-    out = []
-    for i, tag in enumerate(tags):
-        if isinstance(tag, TagIn):
-            out.append(tag)
-            continue
-        try:
-            out.append(TagIn.model_validate(tag))
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            loc = ".".join(str(p) for p in err.get("loc", ()))
-            raise InvalidInput(
-                f"tags[{i}].{loc}: {err.get('msg')}", field=f"tags.{i}.{loc}"
-            ) from exc
-    return out
+    if all(type(t) is TagIn for t in tags):
+        return list(tags)  # type: ignore[arg-type]
+    try:
+        return _TAGS.validate_python(list(tags))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        i, *rest = err.get("loc", ()) or (0,)
+        loc = ".".join(str(p) for p in rest)
+        raise InvalidInput(f"tags[{i}].{loc}: {err.get('msg')}", field=f"tags.{i}.{loc}") from exc
 
 
-def _chunks(items: Sequence[Any], n: int = _CHUNK) -> Iterable[Sequence[Any]]:
-    for i in range(0, len(items), n):
-        yield items[i : i + n]
-
-
-def _existing_digests(session: Session, ids: Sequence[str]) -> dict[str, str]:
-    """Digests already recorded under these ids: one query per batch (``= ANY(array)`` on
-    PostgreSQL, ``IN`` lists of 5000 on SQLite)."""
-    if session.get_bind().dialect.name == "postgresql":
-        rows = session.execute(
-            text("SELECT request_id, tag_digest FROM request_ids WHERE request_id = ANY(:ids)"),
-            {"ids": list(ids)},
-        )
-        return {r: d for r, d in rows}
-    found: dict[str, str] = {}
-    for chunk in _chunks(ids):
-        rows = session.execute(
-            select(RequestId.request_id, RequestId.tag_digest).where(
-                RequestId.request_id.in_(chunk)
-            )
-        )
-        found.update({r: d for r, d in rows})
-    return found
-
-
-def _conflict(ids: list[str]) -> Conflict:
-    shown = ", ".join(ids[:50]) + (f" and {len(ids) - 50} more" if len(ids) > 50 else "")
-    err = Conflict(
-        f"{len(ids)} request id(s) already recorded with a different tag: {shown}",
-        field="request_id",
-        details={"request_ids": ids},
-    )
-    return err
-
-
-def _insert_ids(session: Session, rows: list[dict[str, Any]]) -> set[str]:
-    """Insert ids not yet present; return those this call inserted.
-
-    PostgreSQL: one ``INSERT … SELECT unnest(arrays) ON CONFLICT DO NOTHING RETURNING``, which
-    also resolves a race with a concurrent batch (the loser's row is simply not returned).
-    SQLite: transactions are serialised (BEGIN IMMEDIATE) and the ids were just checked, so a
-    plain executemany inserts exactly these rows.
-    """
-    if session.get_bind().dialect.name == "postgresql":
-        result = session.execute(
-            text(
-                "INSERT INTO request_ids (request_id, served_at, tag_digest, batch_id) "
-                "SELECT r, s, d, :batch FROM unnest("
-                "CAST(:ids AS varchar[]), CAST(:served AS timestamptz[]), "
-                "CAST(:digests AS varchar[])) AS u(r, s, d) "
-                "ORDER BY r ON CONFLICT (request_id) DO NOTHING RETURNING request_id"
-            ),
-            {
-                "ids": [r["request_id"] for r in rows],
-                "served": [r["served_at"] for r in rows],
-                "digests": [r["tag_digest"] for r in rows],
-                "batch": rows[0]["batch_id"] if rows else None,
-            },
-        )
-        return set(result.scalars())
-    session.execute(insert(RequestId), rows)
-    return {r["request_id"] for r in rows}
-
-
-_TAG_COLUMNS = (
-    "request_id",
-    "served_at",
-    "deployment_id",
-    "pair_id",
-    "input_tokens",
-    "output_tokens",
-    "spec",
-    "pair_filled",
-    "consistent",
-)
-
-
-def _insert_tags(session: Session, rows: list[dict[str, Any]]) -> None:
-    if session.get_bind().dialect.name == "postgresql":
-        # New rows only (the id table vouched for them): COPY is the fastest path in.
-        raw = session.connection().connection.driver_connection
-        with raw.cursor() as cur:  # type: ignore[union-attr]
-            with cur.copy(f"COPY request_tags ({', '.join(_TAG_COLUMNS)}) FROM STDIN") as copy:
-                for r in rows:
-                    spec = r["spec"]
-                    copy.write_row(
-                        (
-                            r["request_id"],
-                            r["served_at"],
-                            r["deployment_id"],
-                            r["pair_id"],
-                            r["input_tokens"],
-                            r["output_tokens"],
-                            None if spec is None else json.dumps(spec),
-                            r["pair_filled"],
-                            r["consistent"],
-                        )
-                    )
-        return
-    session.execute(insert(RequestTag), rows)
-
-
-@operation
-def ingest_requests(
-    session: Session, *, tags: list[TagIn] | list[dict[str, Any]], actor: str
-) -> IngestResult:
-    """Store a batch of tags; the same tags again change nothing (see the module docstring)."""
-    parsed = _parse_tags(tags)
-    if not parsed:
-        return IngestResult(received=0, stored=0, duplicates=0, inconsistent=0)
-
-    dep_names = sorted({t.deployment for t in parsed})
-    deps = {
-        d.name: d for d in session.scalars(select(Deployment).where(Deployment.name.in_(dep_names)))
-    }
-    unknown = [n for n in dep_names if n not in deps]
-    if unknown:
-        raise InvalidInput(f"unknown deployment(s): {', '.join(unknown)}", field="deployment")
-    digests = sorted({t.pair_digest for t in parsed if t.pair_digest})
-    pair_ids: dict[str, int] = {}
-    for chunk in _chunks(digests):
-        pair_ids.update(
+def _pair_ids(session: Session, digests: list[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for i in range(0, len(digests), _CHUNK):
+        chunk = digests[i : i + _CHUNK]
+        out.update(
             {
                 d: i
                 for d, i in session.execute(
@@ -264,13 +157,31 @@ def ingest_requests(
                 )
             }
         )
+    return out
+
+
+def _rows(session: Session, parsed: list[TagIn]) -> tuple[list[Row], list[str]]:
+    """Resolve names, fill in or check each tag's pair, digest it: one :class:`Row` per
+    distinct request id, sorted by id (plus the deployment names, sorted)."""
+    dep_names = sorted({t.deployment for t in parsed})
+    deps: dict[str, int] = {
+        n: i
+        for n, i in session.execute(
+            select(Deployment.name, Deployment.id).where(Deployment.name.in_(dep_names))
+        )
+    }
+    unknown = [n for n in dep_names if n not in deps]
+    if unknown:
+        raise InvalidInput(f"unknown deployment(s): {', '.join(unknown)}", field="deployment")
+    digests = sorted({t.pair_digest for t in parsed if t.pair_digest})
+    pair_ids = _pair_ids(session, digests)
     missing = [d for d in digests if d not in pair_ids]
     if missing:
         raise InvalidInput(
             f"unknown pair digest(s): {', '.join(missing[:20])}", field="pair_digest"
         )
     digest_of_pair = {i: d for d, i in pair_ids.items()}
-    timelines = load_timelines(session, (d.id for d in deps.values()))
+    timelines = load_timelines(session, deps.values())
     need = {
         pid
         for tl in timelines.values()
@@ -286,15 +197,17 @@ def ingest_requests(
                 )
             }
         )
+    dep_json = {name: json_string(name) for name in dep_names}
+    pair_json = {i: json_string(d) for i, d in digest_of_pair.items()}
 
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, Row] = {}
     for i, tag in enumerate(parsed):
-        dep = deps[tag.deployment]
-        live, _ = timelines[dep.id].live_at(tag.served_at)
+        dep_id = deps[tag.deployment]
+        live, _ = timelines[dep_id].live_at(tag.served_at)
         if tag.pair_digest is None:
             if live is None:
                 raise InvalidInput(
-                    f"tags[{i}]: no pair was live on {dep.name} at "
+                    f"tags[{i}]: no pair was live on {tag.deployment} at "
                     f"{format_time(tag.served_at)}, so the pair digest cannot be filled in",
                     field=f"tags.{i}.pair_digest",
                 )
@@ -302,94 +215,73 @@ def ingest_requests(
         else:
             pair_id, filled = pair_ids[tag.pair_digest], False
             consistent = pair_id == live
-        spec = tag.spec.model_dump() if tag.spec is not None else None
-        body = tag_body(
-            request_id=tag.request_id,
-            deployment=dep.name,
-            pair_digest=digest_of_pair[pair_id],
-            served_at=tag.served_at,
-            input_tokens=tag.input_tokens,
-            output_tokens=tag.output_tokens,
-            spec=spec,
+        sp = tag.spec
+        spec = (
+            None
+            if sp is None
+            else counters_json(
+                sp.num_spec_steps,
+                sp.num_draft_tokens,
+                sp.num_accepted_draft_tokens,
+                sp.acceptance_histogram,
+            )
+            or spec_json(sp.model_dump())
         )
-        row = {
-            "request_id": tag.request_id,
-            "served_at": tag.served_at,
-            "deployment_id": dep.id,
-            "pair_id": pair_id,
-            "input_tokens": tag.input_tokens,
-            "output_tokens": tag.output_tokens,
-            "spec": spec,
-            "pair_filled": filled,
-            "consistent": consistent,
-            "tag_digest": digest_of(body),
-        }
+        digest = tag_digest_hex(
+            tag.request_id,
+            dep_json[tag.deployment],
+            pair_json[pair_id],
+            time_text(tag.served_at),
+            tag.input_tokens,
+            tag.output_tokens,
+            "null" if spec is None else spec,
+        )
         prior = rows.get(tag.request_id)
-        if prior is not None and prior["tag_digest"] != row["tag_digest"]:
-            raise _conflict([tag.request_id])
-        rows[tag.request_id] = row
+        if prior is not None and prior.tag_digest != digest:
+            raise conflict([tag.request_id])
+        rows[tag.request_id] = Row(
+            tag.request_id,
+            tag.served_at,
+            dep_id,
+            pair_id,
+            tag.input_tokens,
+            tag.output_tokens,
+            spec,
+            filled,
+            consistent,
+            digest,
+        )
+    return [rows[r] for r in sorted(rows)], dep_names
 
-    ids = sorted(rows)
-    received_digest = digest_of([rows[r]["tag_digest"] for r in ids])
-    existing = _existing_digests(session, ids)
-    clashes = [r for r in ids if r in existing and existing[r] != rows[r]["tag_digest"]]
-    if clashes:
-        raise _conflict(clashes)
-    fresh = [r for r in ids if r not in existing]
-    duplicates = len(parsed) - len(fresh)
-    if not fresh:
-        return IngestResult(received=len(parsed), stored=0, duplicates=duplicates, inconsistent=0)
 
-    batch = RequestBatch(
-        merkle_root="",
-        received_digest=received_digest,
-        stored=0,
-        duplicates=0,
-        inconsistent=0,
-        actor=actor,
-    )
-    session.add(batch)
-    session.flush()
-    won = _insert_ids(
-        session,
-        [
-            {
-                "request_id": r,
-                "served_at": rows[r]["served_at"],
-                "tag_digest": rows[r]["tag_digest"],
-                "batch_id": batch.id,
-            }
-            for r in fresh
-        ],
-    )
-    lost = [r for r in fresh if r not in won]
-    if lost:  # a concurrent batch stored these first: a retry if identical, else a conflict
-        again = _existing_digests(session, lost)
-        clashes = [r for r in lost if again.get(r) != rows[r]["tag_digest"]]
-        if clashes:
-            raise _conflict(clashes)
-    stored = [r for r in fresh if r in won]
+@operation
+def ingest_requests(
+    session: Session,
+    *,
+    tags: Annotated[list[TagIn] | list[dict[str, Any]], Field(union_mode="left_to_right")],
+    actor: str,
+) -> IngestResult:
+    """Store a batch of tags; the same tags again change nothing (see the module docstring)."""
+    parsed = _parse_tags(tags)
+    if not parsed:
+        return IngestResult(received=0, stored=0, duplicates=0, inconsistent=0)
+    rows, dep_names = _rows(session, parsed)
+    received_digest = digest_of([r.tag_digest for r in rows])
+    batch_id, stored = tag_store.store(session, rows, received_digest=received_digest, actor=actor)
     duplicates = len(parsed) - len(stored)
-    if not stored:
-        session.delete(batch)
-        session.flush()
+    if batch_id is None:
         return IngestResult(received=len(parsed), stored=0, duplicates=duplicates, inconsistent=0)
-    _insert_tags(session, [rows[r] for r in stored])
-    inconsistent_ids = [r for r in stored if not rows[r]["consistent"]]
-    root = merkle_root([rows[r]["tag_digest"] for r in stored])
-    batch.merkle_root = root
-    batch.stored = len(stored)
-    batch.duplicates = duplicates
-    batch.inconsistent = len(inconsistent_ids)
-    times = [rows[r]["served_at"] for r in stored]
+    inconsistent_ids = [r.request_id for r in stored if not r.consistent]
+    root = merkle_root([r.tag_digest for r in stored])
+    times = [r.served_at for r in stored]
     event = append_event(
         session,
         actor=actor,
         action="requests.ingested",
         entity_type="request_batch",
-        entity_id=batch.id,
+        entity_id=batch_id,
         payload={
-            "batch_id": batch.id,
+            "batch_id": batch_id,
             "merkle_root": root,
             "received_digest": received_digest,
             "received": len(parsed),
@@ -401,17 +293,26 @@ def ingest_requests(
             "last_served_at": format_time(max(times)),
         },
     )
-    batch.audit_seq = event.seq
-    session.flush()
+    session.execute(
+        update(RequestBatch)
+        .where(RequestBatch.id == batch_id)
+        .values(
+            merkle_root=root,
+            stored=len(stored),
+            duplicates=duplicates,
+            inconsistent=len(inconsistent_ids),
+            audit_seq=event.seq,
+        )
+    )
     # Online acceptance: after the event, so the write lock orders concurrent batches.
-    online.observe(session, [rows[r] for r in stored], actor=actor)
+    online.observe(session, [_online_row(r) for r in stored], actor=actor)
     return IngestResult(
         received=len(parsed),
         stored=len(stored),
         duplicates=duplicates,
         inconsistent=len(inconsistent_ids),
         inconsistent_ids=inconsistent_ids[:100],
-        batch_id=batch.id,
+        batch_id=batch_id,
         audit_seq=event.seq,
         merkle_root=root,
     )
@@ -683,4 +584,15 @@ def maintain_partitions(session: Session, *, ahead: int = 3) -> dict[str, Any]:
         "default_rows": default_rows,
         "detail": f"created {len(created)} partition(s); {len(parts)} in all; "
         f"{default_rows} row(s) in the default partition",
+    }
+
+
+def _online_row(row: Row) -> dict[str, Any]:
+    """The fields online monitoring reads from a stored tag (its counters parsed back)."""
+    return {
+        "request_id": row.request_id,
+        "served_at": row.served_at,
+        "deployment_id": row.deployment_id,
+        "pair_id": row.pair_id,
+        "spec": None if row.spec is None else json.loads(row.spec),
     }

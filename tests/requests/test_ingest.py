@@ -195,3 +195,67 @@ def test_concurrent_overlapping_batches(served: Served) -> None:
     assert sum(r.duplicates for r in results) == 4 * 600 - 1000
     with session_scope(s.url) as session:
         assert session.query(RequestTag).count() == 1000
+
+
+def test_partial_retry_stores_only_the_new_tags(served: Served) -> None:
+    """A batch mixing retries with new ids stores the new ones only; the batch row, its Merkle
+    root and its one audit event cover exactly those; a batch of retries writes nothing."""
+    from registry.models import RequestBatch
+
+    s = served
+    at = s.t_b + timedelta(minutes=3)
+    first = _ingest(s.url, [_tag(s, f"m-{i}", at) for i in range(3)])
+    mixed = [_tag(s, f"m-{i}", at) for i in range(5)]
+    second = _ingest(s.url, list(reversed(mixed)))
+    assert (second.received, second.stored, second.duplicates) == (5, 2, 3)
+    assert second.batch_id is not None and second.batch_id != first.batch_id
+    with session_scope(s.url) as session:
+        events = session.scalars(
+            select(AuditEvent)
+            .where(AuditEvent.action == "requests.ingested")
+            .order_by(AuditEvent.seq)
+        ).all()
+        batch = session.get(RequestBatch, second.batch_id)
+        ids = session.scalars(
+            select(RequestId.request_id)
+            .where(RequestId.batch_id == second.batch_id)
+            .order_by(RequestId.request_id)
+        ).all()
+        digests = [svc.get_request_tag(session, request_id=r).tag_digest for r in ids]
+        batches_before = session.query(RequestBatch).count()
+        events_before = len(events)
+    assert ids == ["m-3", "m-4"]
+    assert batch is not None and (batch.stored, batch.duplicates) == (2, 3)
+    assert batch.merkle_root == second.merkle_root == merkle_root(digests)
+    assert batch.audit_seq == second.audit_seq == events[-1].seq
+    payload = json.loads(events[-1].payload)
+    assert (payload["stored"], payload["duplicates"], payload["batch_id"]) == (
+        2,
+        3,
+        second.batch_id,
+    )
+
+    again = _ingest(s.url, mixed)
+    assert (again.stored, again.duplicates, again.batch_id) == (0, 5, None)
+    with session_scope(s.url) as session:
+        assert session.query(RequestBatch).count() == batches_before
+        assert (
+            session.query(AuditEvent).filter(AuditEvent.action == "requests.ingested").count()
+            == events_before
+        )
+
+
+def test_two_batches_in_one_transaction(served: Served) -> None:
+    """The PostgreSQL staging table starts empty for each batch, even within one transaction."""
+    s = served
+    at = s.t_b + timedelta(minutes=4)
+    with session_scope(s.url) as session:
+        a = svc.ingest_requests(session, tags=[_tag(s, "t-1", at)], actor=ACTOR)
+        b = svc.ingest_requests(session, tags=[_tag(s, "t-2", at)], actor=ACTOR)
+    assert (a.stored, b.stored) == (1, 1) and a.batch_id != b.batch_id
+    with session_scope(s.url) as session:
+        assert (
+            session.scalar(select(RequestId.batch_id).where(RequestId.request_id == "t-2"))
+            == b.batch_id
+        )
+        assert session.query(RequestTag).count() == 2
