@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
+# PostgreSQL: serialization_failure, deadlock_detected; the transaction was rolled back.
+TRANSIENT_SQLSTATES = {"40001", "40P01"}
 DISK_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 _DISK_FULL_TEXT = ("disk is full", "no space left", "could not extend file", "disk full")
 
@@ -52,3 +54,18 @@ def classify(exc: BaseException) -> Outage | None:
             text = str(e.orig if isinstance(e, DBAPIError) else e).splitlines()[0]
             return Outage(503, "unavailable", "Database unavailable", f"database: {text}")
     return None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True when the whole transaction may simply run again: PostgreSQL chose it as a
+    deadlock or serialization victim, the connection was lost before it committed (a
+    stale pooled connection after a database restart), or SQLite stayed locked. The
+    transaction was rolled back in each case, so a retry cannot write anything twice."""
+    if not isinstance(exc, DBAPIError):
+        return False
+    if exc.connection_invalidated:
+        return True
+    orig = exc.orig
+    if getattr(orig, "sqlstate", None) in TRANSIENT_SQLSTATES:
+        return True
+    return "database is locked" in str(orig)
