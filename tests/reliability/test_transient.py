@@ -4,16 +4,22 @@ ingest holds (it deadlocked with it), and a transaction the database rolled back
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 from sqlalchemy import text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
+from api import operations as api_operations
 from registry.db import get_engine, session_scope
 from registry.outages import is_transient
 from registry.refs import deployment_named
 from registry.services import deployments
+from registry.services.system import read_credentials
+from tests.api.conftest import sqlite_home  # noqa: F401 - re-exported pytest fixture
 
 
 class _Orig(Exception):
@@ -56,3 +62,61 @@ def test_promotion_lock_does_not_wait_on_ingest_key_share(db_url: str) -> None:
                 assert dep is not None and dep.name == "prod"
         finally:
             tx.rollback()
+
+
+@pytest.fixture
+def app_client(sqlite_home: Any) -> Iterator[tuple[TestClient, dict[str, str]]]:
+    from api.app import create_app
+
+    creds = read_credentials(sqlite_home.credentials_path)
+    assert creds is not None
+    with TestClient(create_app(sqlite_home), raise_server_exceptions=False) as client:
+        yield client, {"Authorization": f"Bearer {creds['token']}"}
+
+
+def _flaky(monkeypatch: pytest.MonkeyPatch, failures: list[Exception]) -> list[int]:
+    """Make the routes' transactions raise ``failures`` in turn before working again."""
+    calls: list[int] = []
+    real = api_operations.session_scope
+
+    @contextmanager
+    def scope(url: str) -> Iterator[Any]:
+        calls.append(1)
+        if len(calls) <= len(failures):
+            raise failures[len(calls) - 1]
+        with real(url) as session:
+            yield session
+
+    monkeypatch.setattr(api_operations, "session_scope", scope)
+    return calls
+
+
+def test_route_reruns_a_rolled_back_transaction(
+    app_client: tuple[TestClient, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, auth = app_client
+    calls = _flaky(monkeypatch, [_err("deadlock detected", "40P01"), _err("x", invalidated=True)])
+    resp = client.get("/v1/pairs", headers=auth)
+    assert resp.status_code == 200, resp.text
+    assert len(calls) == 3  # two rolled-back runs, then the one that answered
+
+
+def test_outage_is_a_503_problem_not_a_500(
+    app_client: tuple[TestClient, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, auth = app_client
+    down = _err("connection refused", invalidated=True)
+    calls = _flaky(monkeypatch, [down] * 10)
+    resp = client.get("/v1/pairs", headers=auth)
+    assert len(calls) == api_operations.TRANSIENT_RETRIES + 1  # bounded
+    assert resp.status_code == 503, resp.text
+    assert resp.headers["content-type"] == "application/problem+json"
+    assert resp.headers["retry-after"] == "1"
+    assert resp.json()["kind"] == "unavailable"
+    full = _err("database or disk is full")
+    _flaky(monkeypatch, [full])
+    resp = client.get("/v1/pairs", headers=auth)
+    assert resp.status_code == 507 and resp.json()["kind"] == "storage_full"
+    bug = ProgrammingError("stmt", {}, _Orig("syntax error", "42601"))
+    _flaky(monkeypatch, [bug])  # a bug stays a 500
+    assert client.get("/v1/pairs", headers=auth).status_code == 500
