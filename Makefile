@@ -6,7 +6,7 @@ PORT ?= 8000
 HOST ?= 127.0.0.1
 PYTEST_ARGS ?=
 
-.PHONY: run test venv lint bench-hash bench-runner bench-ingest bench-tlog demo clean
+.PHONY: run test venv lint bench-hash bench-runner bench-ingest bench-tlog bench-load demo clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,10 @@ bench-ingest: venv
 
 bench-tlog: venv
 	$(BIN)/python bench/tlog_bench.py
+
+## 50 concurrent clients for 30 s against `pairreg serve` on a scratch PostgreSQL database.
+bench-load: venv
+	nice -n 10 $(BIN)/python bench/load_bench.py --clients 50 --duration 30
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

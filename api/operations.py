@@ -2,25 +2,33 @@
 
 Each route authenticates the caller against the operation's roles, reads path, query and
 body parameters as the contract places them, runs the service in one transaction with the
-caller as actor (committed before the response is built, so a 2xx means durable), and
+caller as actor (committed before the response is built, so a 2xx means durable; a
+deadlock victim or a connection lost mid-transaction is rolled back and run again), and
 answers with the operation's status. Nothing here knows any single operation.
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
 import re
+import time
 import typing
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from pydantic.fields import FieldInfo
+from sqlalchemy.exc import DBAPIError
 
 from api.auth import Principal, require
 from registry.contract.operations import OPERATIONS
 from registry.contract.spec import CallContext, Operation, Param
 from registry.db import session_scope
+from registry.outages import is_transient
 
+logger = logging.getLogger("pairreg.api")
+# Runs of one transaction: the first and up to this many more after a transient failure.
+TRANSIENT_RETRIES = 3
 _PARAM = re.compile(r"\{[^}]*\}")
 
 
@@ -71,8 +79,19 @@ def _endpoint(op: Operation, *, read_body: bool) -> Any:
         values.update(op.context_values(CallContext(settings=settings, remote=True)))
         if op.takes_actor:
             values["actor"] = principal.actor
-        with session_scope(request.app.state.db_url) as session:
-            result = op.service(session, **values)
+        result: Any = None
+        for attempt in range(TRANSIENT_RETRIES + 1):
+            try:
+                with session_scope(request.app.state.db_url) as session:
+                    result = op.service(session, **values)
+                break
+            except DBAPIError as exc:
+                # A deadlock victim or a connection lost mid-transaction was rolled back:
+                # run it again rather than hand the client an error it did not cause.
+                if attempt == TRANSIENT_RETRIES or not is_transient(exc):
+                    raise
+                logger.info("%s: transient database error, retrying: %s", op.name, exc.orig)
+                time.sleep(0.05 * 2**attempt)
         response.status_code = op.status_for(result)
         return result
 

@@ -9,12 +9,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
-from sqlalchemy.exc import DataError
+from sqlalchemy.exc import DataError, DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.route_index import allowed_methods
 from registry.contract.spec import describe_error
 from registry.errors import PairregError
+from registry.outages import classify
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 logger = logging.getLogger("pairreg.api")
@@ -85,6 +86,23 @@ def install_problem_handlers(app: FastAPI) -> None:
             "invalid",
         )
 
+    @app.exception_handler(OSError)
+    @app.exception_handler(DBAPIError)
+    async def _outage(request: Request, exc: Exception) -> JSONResponse:
+        # A full disk or a lost database is the environment's fault: say so, and tell the
+        # client to come back (the write was one transaction, so nothing of it was stored).
+        outage = classify(exc)
+        if outage is None:
+            raise exc
+        logger.warning("%s %s: %s", request.method, request.url.path, outage.detail)
+        return problem_response(
+            outage.status,
+            outage.title,
+            outage.detail,
+            outage.kind,
+            headers={"Retry-After": "1"},
+        )
+
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [
@@ -141,6 +159,7 @@ ERROR_DESCRIPTIONS = {
     "409": "Conflicts with what is recorded",
     "422": "Invalid input; `field` names it",
     "503": "Database unreachable or schema out of date",
+    "507": "Disk full on the server",
 }
 
 

@@ -73,6 +73,12 @@ def main() -> None:
         if isinstance(exc, click.ClickException):
             exc.show()
             sys.exit(exc.exit_code)
+        from registry.outages import classify
+
+        outage = classify(exc)
+        if outage is not None:  # a full disk, a lost database: the environment, not a bug
+            error_line(f"{outage.title.lower()}: {outage.detail}")
+            sys.exit(1)
         raise
     sys.exit(rc if isinstance(rc, int) else 0)
 

@@ -16,11 +16,21 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to bind."),
     port: int = typer.Option(8000, help="Port to listen on."),
     log_level: str = typer.Option("info", help="uvicorn log level."),
+    graceful_timeout: int = typer.Option(
+        30,
+        help="On SIGTERM/SIGINT: seconds in-flight requests get to finish before the "
+        "server stops anyway.",
+    ),
 ) -> None:
-    """Run the REST API (and dashboard) with uvicorn."""
+    """Run the REST API (and dashboard) with uvicorn.
+
+    Bounded: request bodies are capped per route family and must arrive within
+    PAIRREG_BODY_TIMEOUT s, headers within PAIRREG_HEADER_TIMEOUT s (see docs/api.md).
+    SIGTERM stops accepting connections and lets in-flight requests finish."""
     import uvicorn
 
     from api.app import create_app
+    from api.limits import bounded_protocol
 
     settings = get_settings()
     report = initialise(settings)
@@ -35,7 +45,15 @@ def serve(
 
         start_background_worker(settings)
         console.print("background worker: on (PAIRREG_EMBEDDED_WORKER=0 turns it off)")
-    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level=log_level,
+        http=bounded_protocol(settings.header_timeout),
+        timeout_keep_alive=5,
+        timeout_graceful_shutdown=graceful_timeout,
+    )
 
 
 def register(app: typer.Typer) -> None:

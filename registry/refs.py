@@ -75,11 +75,14 @@ def resolve_pair(session: Session, ref: str, *, field: str = "pair") -> Pair:
 
 
 def deployment_named(session: Session, name: str, *, lock: bool = False) -> Deployment | None:
-    """The deployment called ``name``, or None (``lock``: FOR UPDATE, for the move that
-    changes its live pair)."""
+    """The deployment called ``name``, or None (``lock``: for the move that changes its live
+    pair). The lock is FOR NO KEY UPDATE on PostgreSQL: the move changes no key, and a plain
+    FOR UPDATE would wait on the KEY SHARE locks that inserting request tags (foreign keys
+    to the deployment) take, while those inserts wait on the registry write lock the move
+    holds: a deadlock under concurrent ingest and promotion."""
     stmt = select(Deployment).where(Deployment.name == name)
     if lock:
-        stmt = stmt.with_for_update()
+        stmt = stmt.with_for_update(key_share=True)
     return session.scalar(stmt)
 
 

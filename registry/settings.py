@@ -32,6 +32,25 @@ class Settings(BaseSettings):
         description="MLflow tracking URI; MLFLOW_TRACKING_URI or a local store by default.",
     )
     hash_workers: int | None = Field(default=None, description="Threads for file hashing.")
+    max_body_bytes: int = Field(
+        default=1024 * 1024, gt=0, description="Largest request body for most routes (413)."
+    )
+    max_results_body_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        gt=0,
+        description="Largest body for worker results (/v1/measurements, /v1/jobs/...).",
+    )
+    max_ingest_body_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        gt=0,
+        description="Largest body for ingest (/v1/requests, /v1/telemetry/...).",
+    )
+    body_timeout: float = Field(
+        default=60.0, gt=0, description="Seconds a request body may take to arrive (408)."
+    )
+    header_timeout: float = Field(
+        default=10.0, gt=0, description="Seconds a request's headers may take (then closed)."
+    )
     log_origin: str | None = Field(
         default=None,
         description="Origin line (and key name) of the audit log's C2SP checkpoints; "

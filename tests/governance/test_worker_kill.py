@@ -1,5 +1,5 @@
-"""SIGKILL a worker mid-job; a second worker takes the job after the lease expires and the
-job's results are written exactly once."""
+"""SIGKILL a worker mid-job, on SQLite and on PostgreSQL; a second worker takes the job after the
+lease expires, and the job's results are written exactly once (retried once, completed)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _worker(env: dict[str, str], lease: int) -> subprocess.Popen[bytes]:
     )
 
 
-@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("db_url", ["sqlite", "postgresql"], indirect=True)
 def test_killed_worker_job_completes_once(home, cli, tiny) -> None:  # type: ignore[no-untyped-def]
     url = home.db_url
     digest = _register(cli, tiny.target_v1, tiny.draft)

@@ -1,0 +1,185 @@
+"""The home's disk full during a registration, a measurement and a checkpoint.
+
+``PAIRREG_HOME`` (SQLite database, verified-model cache, keys) lives on a small tmpfs the
+test mounts; before each operation a filler file takes every free byte. Each operation must
+fail with one clear line (exit 1, no traceback), store nothing, and leave the SQLite
+database and the audit chain intact; with the space freed, the same command succeeds.
+
+Mounting needs root (CAP_SYS_ADMIN); elsewhere the test is skipped, and the same outcome is
+covered by ``test_outage_classification``, which feeds the error classifier the exact errors
+a full disk raises (ENOSPC from a write, SQLite's "database or disk is full").
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.exc import OperationalError
+
+from registry import db
+from registry.audit import verify_chain
+from registry.db import session_scope
+from registry.models import Artifact, AuditEvent, Measurement, Pair
+from registry.outages import classify
+from registry.settings import reset_settings
+
+FS_BYTES = 32 * 1024 * 1024
+
+
+def _mount_tmpfs(where: Path) -> bool:
+    where.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        return False
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={FS_BYTES},mode=0755", "tmpfs", str(where)],
+        capture_output=True,
+    )
+    return done.returncode == 0
+
+
+@pytest.fixture
+def small_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, str]]:
+    home = tmp_path / f"home-{uuid.uuid4().hex[:6]}"
+    if not _mount_tmpfs(home):
+        pytest.skip("cannot mount a tmpfs here (needs root); see test_outage_classification")
+    url = f"sqlite:///{home / 'registry.db'}"
+    monkeypatch.setenv("PAIRREG_HOME", str(home))
+    monkeypatch.delenv("PAIRREG_DATABASE_URL", raising=False)
+    monkeypatch.delenv("PAIRREG_URL", raising=False)
+    monkeypatch.delenv("PAIRREG_TOKEN", raising=False)
+    monkeypatch.setenv("PAIRREG_MLFLOW", "0")
+    reset_settings()
+    try:
+        yield home, url
+    finally:
+        db.dispose_engines()
+        reset_settings()
+        subprocess.run(["umount", "-l", str(home)], capture_output=True)
+
+
+class Filler:
+    """Takes every free byte of the filesystem at ``home`` until released."""
+
+    def __init__(self, home: Path):
+        self.path = home / "filler.bin"
+
+    def fill(self) -> None:
+        # Close every pooled connection: SQLite then checkpoints and removes its WAL, so
+        # the next write needs new blocks rather than reusing a WAL file's old ones.
+        db.dispose_engines()
+        block = b"\0" * (1024 * 1024)
+        with open(self.path, "ab") as fh:
+            for size in (len(block), 4096, 1):
+                try:
+                    while True:
+                        fh.write(block[:size])
+                        fh.flush()
+                except OSError as exc:
+                    assert exc.errno == errno.ENOSPC, exc
+        st = os.statvfs(self.path.parent)
+        assert st.f_bavail == 0
+
+    def release(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _counts(url: str) -> dict[str, int]:
+    with session_scope(url) as s:
+        return {
+            m.__tablename__: int(s.scalar(select(func.count()).select_from(m)) or 0)
+            for m in (Artifact, Pair, Measurement, AuditEvent)
+        }
+
+
+def _intact(url: str) -> None:
+    path = url.removeprefix("sqlite:///")
+    db.dispose_engines()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    with session_scope(url) as s:
+        report = verify_chain(s)
+    assert report.ok, report
+
+
+def _clear_failure(r: Any) -> None:
+    assert r.rc == 1, (r.rc, r.out, r.err)
+    lines = [ln for ln in r.err.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1, r.err
+    assert "insufficient storage" in lines[0] or "disk full" in lines[0], lines[0]
+    assert "Traceback" not in r.err + r.out
+
+
+@pytest.mark.slow
+def test_disk_full_registration_measurement_checkpoint(small_home, cli, tiny) -> None:  # type: ignore[no-untyped-def]
+    home, url = small_home
+    assert cli("init").rc == 0
+    filler = Filler(home)
+    add_target = ("artifact", "add", str(tiny.target_v1), "--name", "tiny/target-v1",
+                  "--role", "target", "--json")  # fmt: skip
+    add_draft = ("artifact", "add", str(tiny.draft), "--name", "tiny/draft", "--role", "draft",
+                 "--json")  # fmt: skip
+
+    # -- a registration ------------------------------------------------------------------
+    before = _counts(url)
+    filler.fill()
+    _clear_failure(cli(*add_target))
+    filler.release()
+    assert _counts(url) == before  # no partial records
+    _intact(url)
+    assert cli(*add_target).rc == 0  # space back: the same command succeeds
+    assert cli(*add_draft).rc == 0
+    r = cli("pair", "register", "--target", "tiny/target-v1@v1", "--draft", "tiny/draft@v1",
+            "--method", "draft_model", "--k", "4", "--json")  # fmt: skip
+    assert r.rc == 0, r.err
+    digest = r.json()["pair"]["pair_digest"]
+
+    # -- a measurement (its first run fills the verified-model cache in the home) --------
+    measure = ("measure", digest, "--per-category", "1", "--max-new-tokens", "8",
+               "--device", "cpu", "--json")  # fmt: skip
+    first = cli(*measure)
+    assert first.rc == 0, first.err
+    before = _counts(url)
+    filler.fill()
+    _clear_failure(cli(*measure))  # computed, then refused when stored
+    filler.release()
+    assert _counts(url) == before
+    _intact(url)
+
+    # -- a checkpoint (a signed C2SP note, recorded in the database and written out) ------
+    before = _counts(url)
+    filler.fill()
+    _clear_failure(cli("audit", "log-checkpoint", "-o", str(home / "checkpoint.note")))
+    filler.release()
+    assert _counts(url) == before
+    _intact(url)
+    ok = cli("audit", "log-checkpoint", "-o", str(home / "checkpoint.note"))
+    assert ok.rc == 0, ok.err
+    assert (home / "checkpoint.note").read_text().count("\n") >= 3
+    assert cli("audit", "verify").rc == 0
+
+
+def test_outage_classification() -> None:
+    """What a full disk and a lost database raise is named, not left a server error."""
+    full = OSError(errno.ENOSPC, "No space left on device", "/home/x/registry.db")
+    outage = classify(full)
+    assert outage is not None and outage.status == 507 and "registry.db" in outage.detail
+    sqlite_full = OperationalError(
+        "INSERT …", {}, sqlite3.OperationalError("database or disk is full")
+    )
+    assert classify(sqlite_full) is not None and classify(sqlite_full).status == 507  # type: ignore[union-attr]
+    lost = OperationalError("SELECT 1", {}, Exception("connection refused"))
+    assert classify(lost) is not None and classify(lost).status == 503  # type: ignore[union-attr]
+    wrapped = RuntimeError("while storing")
+    wrapped.__cause__ = full
+    assert classify(wrapped) is not None and classify(wrapped).status == 507  # type: ignore[union-attr]
+    assert classify(ValueError("a bug")) is None
+    assert classify(OSError(errno.EACCES, "Permission denied")) is None
