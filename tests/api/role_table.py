@@ -25,6 +25,9 @@ MEASURE = frozenset({"admin", "registrar", "promoter", "worker"})  # store a mea
 WORKERS = frozenset({"admin", "worker"})  # the job protocol and the Hub watch
 INGEST = frozenset({"admin", "ingest"})
 READ_AUDIT = frozenset({"admin", "auditor"})
+ANY_TOKEN = frozenset(
+    {"admin", "registrar", "promoter", "ingest", "auditor", "reader", "worker"}
+)  # whoami
 
 # (method, path template as FastAPI declares it) -> roles admitted; PUBLIC = no auth.
 ROLE_TABLE: dict[tuple[str, str], frozenset[str]] = {
@@ -67,6 +70,7 @@ ROLE_TABLE: dict[tuple[str, str], frozenset[str]] = {
     # tokens
     ("POST", "/v1/tokens"): ADMIN_ONLY,
     ("GET", "/v1/tokens"): ADMIN_ONLY,
+    ("GET", "/v1/whoami"): ANY_TOKEN,
     ("DELETE", "/v1/tokens/{name}"): ADMIN_ONLY,
     # governance: measurements, jobs, drift, watch
     ("POST", "/v1/measurements"): MEASURE,
