@@ -40,6 +40,7 @@ ROLE_TABLE: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/readyz"): PUBLIC,
     ("GET", "/"): PUBLIC,  # redirect to the dashboard
     ("GET", "/dashboard"): PUBLIC,  # static page; it calls the API with the user's token
+    ("GET", "/dashboard/static/{path:path}"): PUBLIC,  # its CSS, JavaScript, vendored uPlot
     # artifacts
     ("POST", "/v1/artifacts"): WRITE_REGISTRY,
     ("GET", "/v1/artifacts"): READ_REGISTRY,
