@@ -500,6 +500,7 @@ async function route() {
   const arg = decodeURIComponent(rest.join("/"));
   view.dataset.state = "loading";
   view.dataset.page = page || "overview";
+  view.dataset.route = location.hash || "#/";
   if (!me) {
     renderNav(null);
     $("#login").hidden = false;
