@@ -82,7 +82,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 def browser() -> Iterator[object]:
     missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not shutil.which(p)]
     if missing:
-        message = f"headless browser tests need {', '.join(missing)} (apt-get install chromium chromium-driver)"
+        message = (
+            f"headless browser tests need {', '.join(missing)} "
+            "(apt-get install chromium chromium-driver)"
+        )
         if REQUIRE_BROWSER:
             pytest.fail(message)
         pytest.skip(message)

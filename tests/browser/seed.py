@@ -31,7 +31,11 @@ DEPLOYMENT = "prod"
 CATEGORIES = ("code", "prose")
 # α per category of the live pair, re-measured three times (days ago), then the candidate
 # on the new target version, whose code α drops enough to open a drift flag.
-LIVE_ALPHAS = ({"code": 0.80, "prose": 0.70}, {"code": 0.78, "prose": 0.71}, {"code": 0.81, "prose": 0.69})
+LIVE_ALPHAS = (
+    {"code": 0.80, "prose": 0.70},
+    {"code": 0.78, "prose": 0.71},
+    {"code": 0.81, "prose": 0.69},
+)
 CANDIDATE_ALPHA = {"code": 0.45, "prose": 0.69}
 DAYS_AGO = (6, 4, 2)
 REQUESTS = 5
@@ -67,7 +71,13 @@ class Seeded:
 def seed(url: str, tmp: Path, key_path: Path) -> Seeded:
     put_test_policy(url)
     t1 = add_model(url, tmp, "acme/target", "target", b"t1")
-    d1 = add_model(url, tmp, "acme/draft", "draft", b"d1", )
+    d1 = add_model(
+        url,
+        tmp,
+        "acme/draft",
+        "draft",
+        b"d1",
+    )
     d2 = add_model(url, tmp, "acme/draft", "draft", b"d2")
     live = make_pair(url, t1, d1)
     other = make_pair(url, t1, d2)
@@ -91,7 +101,9 @@ def seed(url: str, tmp: Path, key_path: Path) -> Seeded:
             )
             assert res.validation is not None and res.validation.passed, res
     with session_scope(url) as s:
-        deployments.promote(s, ref=other, deployment=DEPLOYMENT, reason="first release", actor="alice")
+        deployments.promote(
+            s, ref=other, deployment=DEPLOYMENT, reason="first release", actor="alice"
+        )
     with session_scope(url) as s:
         deployments.promote(
             s, ref=live, deployment=DEPLOYMENT, reason="draft v1 accepts more", actor="bob"

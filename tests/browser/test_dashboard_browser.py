@@ -36,9 +36,10 @@ def sign_in(driver: Any, served: Served, role: str) -> None:
 def wait_ready(driver: Any, route: str) -> None:
     def ready(d: Any) -> bool:
         view = d.find_element(By.ID, "view")
-        return view.get_attribute("data-route") == route and view.get_attribute(
-            "data-state"
-        ) in ("ready", "error")
+        return view.get_attribute("data-route") == route and view.get_attribute("data-state") in (
+            "ready",
+            "error",
+        )
 
     WebDriverWait(driver, TIMEOUT).until(ready)
     state = driver.find_element(By.ID, "view").get_attribute("data-state")

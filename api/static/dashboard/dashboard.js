@@ -361,7 +361,8 @@ async function flagPage(view, id) {
     ev.preventDefault();
     const action = ev.submitter?.dataset.action || "resolve";
     try {
-      await api(`/v1/drift/${f.id}/${action}`, { method: "POST", body: { reason: $("#flag-reason").value } });
+      const path = { ack: `/v1/drift/${f.id}/ack`, resolve: `/v1/drift/${f.id}/resolve` }[action];
+      await api(path, { method: "POST", body: { reason: $("#flag-reason").value } });
       route();
     } catch (e) { $("#flag-action-out").innerHTML = `<p class="error">${esc(explain(e))}</p>`; }
   });
