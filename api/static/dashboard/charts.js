@@ -42,6 +42,35 @@ function markersPlugin(markers) {
   };
 }
 
+// Interval whiskers for categorical charts, where a band between categories would suggest
+// values in between that do not exist.
+function whiskersPlugin(series) {
+  return {
+    hooks: {
+      draw: [(u) => {
+        const ctx = u.ctx, dpr = window.devicePixelRatio || 1;
+        ctx.save();
+        ctx.lineWidth = 2 * dpr;
+        series.forEach((s, si) => {
+          if (!s.lo || !s.hi) return;
+          ctx.strokeStyle = PALETTE[si % PALETTE.length];
+          u.data[0].forEach((xv, i) => {
+            if (s.lo[i] === null || s.hi[i] === null) return;
+            const x = Math.round(u.valToPos(xv, "x", true));
+            const y0 = u.valToPos(s.lo[i], "y", true), y1 = u.valToPos(s.hi[i], "y", true);
+            ctx.beginPath();
+            ctx.moveTo(x, y0); ctx.lineTo(x, y1);
+            ctx.moveTo(x - 5 * dpr, y0); ctx.lineTo(x + 5 * dpr, y0);
+            ctx.moveTo(x - 5 * dpr, y1); ctx.lineTo(x + 5 * dpr, y1);
+            ctx.stroke();
+          });
+        });
+        ctx.restore();
+      }],
+    },
+  };
+}
+
 function legend(el, series, markers) {
   const box = document.createElement("div");
   box.className = "legend";
@@ -49,7 +78,7 @@ function legend(el, series, markers) {
     const item = document.createElement("span");
     const sw = document.createElement("span");
     sw.className = `swatch c${i % PALETTE.length}`;
-    item.append(sw, s.label + (s.lo ? " (95% band)" : ""));
+    item.append(sw, s.label + (s.lo ? (s.whiskers ? " (95% interval)" : " (95% band)") : ""));
     box.append(item);
   });
   const kinds = [...new Set(markers.map((m) => m.kind))];
@@ -65,7 +94,7 @@ function legend(el, series, markers) {
 }
 
 // lineChart(el, {xs, series: [{label, ys, lo?, hi?, dash?, points?}], markers: [{x, kind, short}],
-//                time: bool, y: {min, max, label}, xLabels?: [..]})
+//                time: bool, y: {min, max, label}, xLabels?: [..], whiskers?: bool})
 function lineChart(el, opts) {
   const { xs, series } = opts;
   const markers = opts.markers || [];
@@ -89,7 +118,7 @@ function lineChart(el, opts) {
       label: s.label, stroke: color, width: 2, dash: s.dash, spanGaps: true,
       points: { show: true, size: 6, fill: color }, paths: s.points ? () => null : undefined,
     });
-    if (s.lo && s.hi) {
+    if (s.lo && s.hi && !opts.whiskers) {
       data.push(s.lo, s.hi);
       uSeries.push({ label: `${s.label} low`, stroke: withAlpha(color, 0.25), width: 1, points: { show: false }, spanGaps: true });
       uSeries.push({ label: `${s.label} high`, stroke: withAlpha(color, 0.25), width: 1, points: { show: false }, spanGaps: true });
@@ -120,10 +149,10 @@ function lineChart(el, opts) {
     axes,
     legend: { show: false },
     cursor: { drag: { x: false, y: false } },
-    plugins: [markersPlugin(markers)],
+    plugins: [markersPlugin(markers), ...(opts.whiskers ? [whiskersPlugin(series)] : [])],
   }, data, el);
   el.uplot = u;
-  legend(el, series, markers);
+  legend(el, series.map((s) => ({ ...s, whiskers: !!opts.whiskers })), markers);
   window.addEventListener("resize", () => u.setSize({ width: Math.max(el.clientWidth, 320), height: u.height }));
   return u;
 }

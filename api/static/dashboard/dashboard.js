@@ -336,7 +336,7 @@ async function flagPage(view, id) {
      ${f.state === "open" ? `<button type="submit" data-action="ack">Acknowledge</button>` : ""}
      <button type="submit" data-action="resolve" class="primary">Resolve</button></form><div id="flag-action-out"></div>`) : ""}
   ${section("Baseline vs candidate per category", names.length ? `<div class="chart" id="flag-chart"></div>
-    <p class="muted">Candidate band: baseline α plus the 95% interval of the paired difference.</p>` + table(names, [
+    <p class="muted">Candidate interval: baseline α plus the 95% interval of the paired difference.</p>` + table(names, [
       ["category", (c) => esc(c)], ["prompts", (c) => esc(cats[c].prompts ?? "-"), "num"],
       ["baseline α", (c) => fmt(cats[c].baseline_alpha), "num"], ["candidate α", (c) => fmt(cats[c].candidate_alpha), "num"],
       ["difference", (c) => fmt(cats[c].diff), "num"], ["95% CI", (c) => `[${fmt(cats[c].ci_low)}, ${fmt(cats[c].ci_high)}]`, "num"],
@@ -346,7 +346,7 @@ async function flagPage(view, id) {
   if (names.length) {
     const base = names.map((c) => cats[c].baseline_alpha);
     window.pairregCharts.lineChart($("#flag-chart"), {
-      xs: names.map((_, i) => i), xLabels: names,
+      xs: names.map((_, i) => i), xLabels: names, whiskers: true,
       series: [
         { label: "baseline α", ys: base, points: true },
         { label: "candidate α", ys: names.map((c) => cats[c].candidate_alpha), points: true,
