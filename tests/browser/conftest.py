@@ -24,6 +24,7 @@ from registry.services.system import initialise, read_credentials
 from registry.services.tokens import create_token
 from registry.settings import Settings
 from tests.browser.seed import Seeded, seed
+from tests.browser.stand_ins import mount_missing
 from tests.conftest import REPO
 
 CHROMIUM = os.environ.get("PAIRREG_CHROMIUM", "/usr/bin/chromium")
@@ -62,10 +63,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     with session_scope(settings.db_url) as s:
         for role in ("reader", "promoter", "auditor"):
             tokens[role] = create_token(s, name=f"ui-{role}", role=role, actor="test").secret
+    app = create_app(settings)
+    mount_missing(app)
     port = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
-    )
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

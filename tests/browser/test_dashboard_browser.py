@@ -153,10 +153,32 @@ def test_charts_draw_the_seeded_series_and_points(browser: Any, served: Served) 
     assert flag["data"][1] == pytest.approx([effects[c]["baseline_alpha"] for c in cats])
     assert flag["data"][2] == pytest.approx([effects[c]["candidate_alpha"] for c in cats])
 
-    # No online-α endpoint on this server: the panel says so instead of drawing nothing.
+    # Online α and request volume from serving telemetry, on the α chart's time axis.
     open_page(browser, pages(served)["deployment"])
-    note = browser.find_element(By.CSS_SELECTOR, "#view [data-state=no-data]").text
-    assert "online" in note
+    online = api_get(served, f"/v1/deployments/{seed_module.DEPLOYMENT}/online-alpha")
+    buckets = online["buckets"]
+    assert buckets, "the seeded requests carry counters: some bucket must exist"
+    drawn = chart(browser, "online-chart")
+    assert drawn["points"] == len(buckets) and drawn["labels"][0] == "online α"
+    assert drawn["data"][1] == pytest.approx([b["alpha"] for b in buckets])
+    if any(b.get("validated_alpha") is not None for b in buckets):
+        assert drawn["series"] == 2 and drawn["labels"][1] == "validated α"
+    volume = chart(browser, "volume-chart")
+    assert volume["points"] == len(buckets)
+    assert volume["data"][1] == [b["requests"] for b in buckets]
+    same_axis = browser.execute_script(
+        "const r = (id) => { const u = document.getElementById(id).uplot;"
+        " return [u.scales.x.min, u.scales.x.max]; };"
+        " return [r('alpha-chart'), r('online-chart'), r('volume-chart')];"
+    )
+    assert same_axis[0] == same_axis[1] == same_axis[2]
+
+    # Economics: shown where the server computes them, else a plain "no data" line.
+    open_page(browser, pages(served)["pair"])
+    schema = httpx.get(served.base.removesuffix("/dashboard") + "/openapi.json").json()
+    has_economics = any(p.endswith("/economics") for p in schema["paths"])
+    text = browser.find_element(By.ID, "economics").text
+    assert ("no economics figures" in text) != has_economics, text
 
 
 def test_request_lookup_shows_its_pair_and_downloads_the_bundle(

@@ -93,8 +93,16 @@ function legend(el, series, markers) {
   el.after(box);
 }
 
+// The padded x range of some values (time in seconds, or category indices).
+function xRange(values, time) {
+  const lo = Math.min(...values), hi = Math.max(...values);
+  const pad = time ? Math.max((hi - lo) * 0.05, 3600) : 0.5;
+  return [lo - pad, hi + pad];
+}
+
 // lineChart(el, {xs, series: [{label, ys, lo?, hi?, dash?, points?}], markers: [{x, kind, short}],
-//                time: bool, y: {min, max, label}, xLabels?: [..], whiskers?: bool})
+//                time: bool, y: {min, max, label}, xLabels?: [..], whiskers?: bool,
+//                xRange?: [lo, hi]})
 function lineChart(el, opts) {
   const { xs, series } = opts;
   const markers = opts.markers || [];
@@ -125,10 +133,8 @@ function lineChart(el, opts) {
       bands.push({ series: [idx + 2, idx + 1], fill: withAlpha(color, 0.12) });
     }
   });
-  const allX = xs.concat(markers.map((m) => m.x));
-  let lo = Math.min(...allX), hi = Math.max(...allX);
-  const pad = opts.time ? Math.max((hi - lo) * 0.05, 3600) : 0.5;
-  lo -= pad; hi += pad;
+  let [lo, hi] = xRange(xs.concat(markers.map((m) => m.x)), opts.time);
+  if (opts.xRange) [lo, hi] = opts.xRange; // charts that share a time axis
   const y = opts.y || {};
   const axes = [
     opts.xLabels
@@ -157,4 +163,4 @@ function lineChart(el, opts) {
   return u;
 }
 
-window.pairregCharts = { lineChart };
+window.pairregCharts = { lineChart, xRange };

@@ -179,7 +179,7 @@ async function deploymentPage(view, name) {
   </div>
   ${section("α over time, per category (95% bands)", `<div class="chart" id="alpha-chart"></div>
     <p class="muted">Measurements of the live pair and of candidates measured against it after a target change (see the table below); dashed lines mark deployment moves, target changes and flags.</p>`)}
-  ${section("Online acceptance (serving telemetry)", `<div class="chart" id="online-chart"></div><div id="online-table"></div>`)}
+  ${section("Online acceptance and request volume (serving telemetry)", `<div class="chart" id="online-chart"></div><div class="chart" id="volume-chart"></div><div id="online-table"></div>`)}
   ${section("Timeline of moves", table([...history].reverse(), [
     ["#", (e) => esc(e.seq), "num"], ["when", (e) => when(e.at)], ["action", (e) => esc(e.action)],
     ["from", (e) => pairLink(e.from_pair_digest, e.from_pair_id)], ["to", (e) => pairLink(e.to_pair_digest, e.to_pair_id)],
@@ -190,8 +190,12 @@ async function deploymentPage(view, name) {
     ...cats.map((c) => [`α ${c}`, (m) => `${fmt(catVal(m, c, "alpha"))} <span class="muted">${ci(m.categories?.[c]?.alpha_ci)}</span>`, "num"]),
     ["MLflow run", (m) => runLink(m.mlflow_run_id)],
   ], "no measurements"))}`;
+  // Online α (when the server has it) shares the α chart's time axis.
+  const online = await onlineData(dep.name, onlinePath);
+  const times = ms.map((m) => secs(m.created_at)).concat(markers.map((m) => m.x), online.rows.map((b) => secs(online.t(b))));
+  const xRange = times.length ? window.pairregCharts.xRange(times, true) : undefined;
   window.pairregCharts.lineChart($("#alpha-chart"), {
-    time: true,
+    time: true, xRange,
     xs: ms.map((m) => secs(m.created_at)),
     series: cats.map((c) => ({
       label: c, ys: ms.map((m) => catVal(m, c, "alpha")),
@@ -199,39 +203,65 @@ async function deploymentPage(view, name) {
     })),
     markers, y: { min: 0, max: 1, label: "α" }, empty: "no measurements yet",
   });
-  await onlineSection(dep.name, onlinePath);
+  onlineSection(online, xRange, markers);
 }
 
-// Online α from serving telemetry, read from the declared operation when the server has it.
-async function onlineSection(name, path) {
+// Online α from serving telemetry, read from the declared operation when the server has it:
+// time buckets (oldest first) with requests, drafted/accepted counts, α and the validated α,
+// and the state of each pair's sequential test.
+async function onlineData(name, path) {
+  const t = (b) => b.start ?? b.bucket_start ?? b.at ?? b.time ?? b.end;
+  if (!path) return { t, rows: [], missing: "no online acceptance data: this server does not expose online α per deployment" };
+  try {
+    const body = await api(fill(path, name));
+    const buckets = body.buckets || body.items || body.series || [];
+    return { t, body, rows: buckets.filter((b) => t(b)) };
+  } catch (e) { return { t, rows: [], missing: `no online acceptance data: ${explain(e)}` }; }
+}
+
+function onlineSection(online, xRange, markers) {
   const el = $("#online-chart");
-  if (!path) {
-    el.outerHTML = nodata("no online acceptance data: this server does not expose online α per deployment");
+  if (online.missing) {
+    el.outerHTML = nodata(online.missing);
+    $("#volume-chart").remove();
     return;
   }
-  let body;
-  try { body = await api(fill(path, name)); } catch (e) { el.outerHTML = nodata(explain(e)); return; }
-  const buckets = body.buckets || body.items || body.series || [];
-  const t = (b) => b.start ?? b.bucket_start ?? b.at ?? b.time ?? b.end;
-  const rows = buckets.filter((b) => t(b));
-  const validated = body.validated_alpha ?? body.baseline_alpha ?? null;
+  const { t, rows, body } = online;
+  const validated = rows.map((b) => b.validated_alpha ?? body.validated_alpha ?? body.baseline_alpha ?? null);
+  const band = rows.some((b) => b.alpha_low !== undefined);
   window.pairregCharts.lineChart(el, {
-    time: true,
+    time: true, xRange, markers,
     xs: rows.map((b) => secs(t(b))),
     series: [
       { label: "online α", ys: rows.map((b) => b.alpha ?? b.online_alpha ?? null),
-        lo: rows.some((b) => b.alpha_low !== undefined || b.lower !== undefined) ? rows.map((b) => b.alpha_low ?? b.lower ?? null) : null,
-        hi: rows.some((b) => b.alpha_high !== undefined || b.upper !== undefined) ? rows.map((b) => b.alpha_high ?? b.upper ?? null) : null },
-      ...(validated !== null ? [{ label: "validated α", ys: rows.map(() => validated), dash: [6, 4] }] : []),
+        lo: band ? rows.map((b) => b.alpha_low ?? null) : null, hi: band ? rows.map((b) => b.alpha_high ?? null) : null },
+      ...(validated.some((v) => v !== null) ? [{ label: "validated α", ys: validated, dash: [6, 4] }] : []),
     ],
     y: { min: 0, max: 1, label: "α" }, empty: "no requests with speculative counters yet",
   });
-  const state = body.test || body.sequential || body.state;
-  $("#online-table").innerHTML = table(rows.slice(-20).reverse(), [
+  const volume = rows.map((b) => b.requests ?? b.count ?? null);
+  if (volume.some((v) => v !== null)) {
+    window.pairregCharts.lineChart($("#volume-chart"), {
+      time: true, xRange, height: 140,
+      xs: rows.map((b) => secs(t(b))),
+      series: [{ label: "requests per bucket", ys: volume }],
+      y: { min: 0, max: Math.max(1, ...volume.filter((v) => v !== null)) * 1.15, label: "requests" },
+    });
+  } else $("#volume-chart").remove();
+  const monitors = body.monitors || [];
+  $("#online-table").innerHTML = (monitors.length ? `<h3>Sequential test (${esc(body.method ?? "")})</h3>` + table(monitors, [
+    ["pair", (m) => pairLink(m.pair_digest)], ["live", (m) => (m.live ? "yes" : "no")],
+    ["state", (m) => pill(m.state, m.state === "alarmed" ? "bad" : "good")],
+    ["validated α", (m) => fmt(m.validated_alpha), "num"], ["online α", (m) => fmt(m.alpha), "num"],
+    ["requests tested", (m) => esc(m.tested ?? m.requests ?? "-"), "num"],
+    ["e-value", (m) => fmt(m.e_value, 2), "num"], ["alarm at e ≥", (m) => (m.level ? fmt(1 / m.level, 0) : "-"), "num"],
+    ["alarms", (m) => esc(m.alarms ?? 0), "num"],
+    ["flag", (m) => (m.flag_id ? `<a href="#/flag/${m.flag_id}">#${m.flag_id}</a>` : "-")],
+  ]) : "") + `<h3>Recent buckets</h3>` + table(rows.slice(-12).reverse(), [
     ["bucket", (b) => when(t(b))], ["requests", (b) => esc(b.requests ?? b.count ?? "-"), "num"],
     ["drafted", (b) => esc(b.drafted ?? "-"), "num"], ["accepted", (b) => esc(b.accepted ?? "-"), "num"],
-    ["α", (b) => fmt(b.alpha ?? b.online_alpha), "num"],
-  ], "no buckets") + (state ? `<h3>Sequential test</h3><pre>${esc(JSON.stringify(state, null, 2))}</pre>` : "");
+    ["α", (b) => fmt(b.alpha ?? b.online_alpha), "num"], ["state", (b) => esc(b.state ?? "")],
+  ], "no buckets");
 }
 
 function artifactPart(a) {

@@ -1,0 +1,78 @@
+"""Stand-ins for operations other parts of the service declare (online α per deployment),
+mounted only when the app does not serve them, so the dashboard's panels for them are
+exercised either way. Their shape follows the declared operation (``OnlineAlpha``: buckets
+oldest first with counts, α and the validated α; one monitor per pair); the browser tests
+compare the chart with whatever the API answers, stand-in or real.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from fastapi import Depends, FastAPI
+
+from api.auth import require
+from registry import roles
+
+ONLINE_PATH = "/v1/deployments/{name}/online-alpha"
+BUCKETS = 6
+
+
+def _online_alpha(name: str) -> dict[str, Any]:
+    now = datetime.now(UTC).replace(microsecond=0)
+    buckets = []
+    for i in range(BUCKETS):
+        drafted, accepted = 3200, 2400 - 90 * i
+        start = now - timedelta(minutes=5 * (BUCKETS - i))
+        buckets.append(
+            {
+                "start": start.isoformat(),
+                "end": (start + timedelta(minutes=5)).isoformat(),
+                "requests": 100 + 7 * i,
+                "tested": 100 + 7 * i,
+                "drafted": drafted,
+                "accepted": accepted,
+                "alpha": accepted / drafted,
+                "validated_alpha": 0.75,
+                "e_value": 1.0 + i,
+                "state": "watching",
+            }
+        )
+    return {
+        "deployment": name,
+        "bucket_seconds": 300,
+        "method": "stand-in",
+        "monitors": [
+            {
+                "pair_digest": "0" * 64,
+                "live": True,
+                "state": "watching",
+                "validated_alpha": 0.75,
+                "alpha": 0.7,
+                "tested": 645,
+                "e_value": 6.0,
+                "level": 0.01,
+                "alarms": 0,
+                "flag_id": None,
+            }
+        ],  # fmt: skip
+        "buckets": buckets,
+    }
+
+
+def mount_missing(app: FastAPI) -> list[str]:
+    """Add the stand-ins whose paths the app does not serve; return the paths added."""
+    served = set(app.openapi()["paths"])
+    added = []
+    if ONLINE_PATH not in served:
+
+        def online_alpha(
+            name: str, _: object = Depends(require(roles.READ_REGISTRY))
+        ) -> dict[str, Any]:
+            return _online_alpha(name)
+
+        app.add_api_route(ONLINE_PATH, online_alpha, methods=["GET"])
+        app.openapi_schema = None  # the page discovers it in /openapi.json
+        added.append(ONLINE_PATH)
+    return added
