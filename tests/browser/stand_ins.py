@@ -1,8 +1,9 @@
-"""Stand-ins for operations other parts of the service declare (online α per deployment),
-mounted only when the app does not serve them, so the dashboard's panels for them are
-exercised either way. Their shape follows the declared operation (``OnlineAlpha``: buckets
-oldest first with counts, α and the validated α; one monitor per pair); the browser tests
-compare the chart with whatever the API answers, stand-in or real.
+"""Stand-ins for operations other parts of the service declare (online α per deployment,
+pair economics), mounted only when the app does not serve them, so the dashboard's panels
+for them are exercised either way. Their shapes follow the declared operations
+(``OnlineAlpha``: buckets oldest first with counts, α and the validated α, one monitor per
+pair; ``EconomicsReport``: points by batch size, hardware, measured speed-up); the browser
+tests compare the charts with whatever the API answers, stand-in or real.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from api.auth import require
 from registry import roles
 
 ONLINE_PATH = "/v1/deployments/{name}/online-alpha"
+ECONOMICS_PATH = "/v1/pairs/{pair}/economics"
 BUCKETS = 6
 
 
@@ -61,6 +63,32 @@ def _online_alpha(name: str) -> dict[str, Any]:
     }
 
 
+def _economics(pair: str) -> dict[str, Any]:
+    points = []
+    for batch, speedup in ((1, 2.1), (8, 1.7), (32, 1.2), (128, 0.8)):
+        points.append(
+            {"batch": batch, "fits": batch <= 32, "speedup": speedup, "bound": "memory",
+             "plain_tokens_per_s": 40.0, "spec_tokens_per_s": 40.0 * speedup,
+             "cost_per_million_plain": 2.0, "cost_per_million_emitted": 2.0 / speedup,
+             "cost_per_million_accepted_draft": 3.0}
+        )  # fmt: skip
+    return {
+        "pair_digest": pair,
+        "tau": 2.9,
+        "tau_source": "stand-in",
+        "dtype": "bfloat16",
+        "context": 4096,
+        "hardware": {"name": "stand-in", "kind": "shipped"},
+        "max_batch_plain": 40,
+        "max_batch_spec": 32,
+        "draft_memory_fraction": 0.05,
+        "break_even_batch": 128,
+        "points": points,
+        "measured": None,
+        "notes": ["a stand-in for the economics operation"],
+    }
+
+
 def mount_missing(app: FastAPI) -> list[str]:
     """Add the stand-ins whose paths the app does not serve; return the paths added."""
     served = set(app.openapi()["paths"])
@@ -73,6 +101,15 @@ def mount_missing(app: FastAPI) -> list[str]:
             return _online_alpha(name)
 
         app.add_api_route(ONLINE_PATH, online_alpha, methods=["GET"])
-        app.openapi_schema = None  # the page discovers it in /openapi.json
         added.append(ONLINE_PATH)
+    if ECONOMICS_PATH not in served:
+
+        def economics(
+            pair: str, _: object = Depends(require(roles.READ_REGISTRY))
+        ) -> dict[str, Any]:
+            return _economics(pair)
+
+        app.add_api_route(ECONOMICS_PATH, economics, methods=["GET"])
+        added.append(ECONOMICS_PATH)
+    app.openapi_schema = None  # the page discovers them in /openapi.json
     return added

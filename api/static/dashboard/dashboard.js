@@ -333,8 +333,7 @@ async function pairPage(view, ref) {
   if (!econPath) econ.innerHTML = nodata("no economics figures: this server does not compute pair economics");
   else {
     try {
-      const body = await api(fill(econPath, pair.pair_digest));
-      econ.innerHTML = `<pre>${esc(JSON.stringify(body, null, 2))}</pre>`;
+      economics(econ, await api(fill(econPath, pair.pair_digest)));
     } catch (e) { econ.innerHTML = nodata(`no economics figures: ${explain(e)}`); }
   }
   const form = $("#pair-action");
@@ -344,6 +343,40 @@ async function pairPage(view, ref) {
       await api(`/v1/pairs/${enc(pair.pair_digest)}/deprecate`, { method: "POST", body: { reason: $("#pair-reason").value } });
       route();
     } catch (e) { $("#pair-action-out").innerHTML = `<p class="error">${esc(explain(e))}</p>`; }
+  });
+}
+
+// Pair economics (GET /v1/pairs/{pair}/economics): predicted speed-up and cost by batch size
+// on a hardware profile, and what the runner measured at batch 1. Unknown shapes as JSON.
+function economics(el, e) {
+  if (!Array.isArray(e.points)) { el.innerHTML = `<pre>${esc(JSON.stringify(e, null, 2))}</pre>`; return; }
+  const hw = e.hardware || {}, m = e.measured;
+  el.innerHTML = `<div class="grid">${kv([
+    ["hardware", `${esc(hw.name)} <span class="muted">(${esc(hw.kind)})</span>`],
+    ["τ", `${fmt(e.tau, 2)} <span class="muted">${esc(e.tau_source ?? "")}</span>`],
+    ["context", `${esc(e.context)} tokens, ${esc(e.dtype)}`],
+    ["largest batch", `${esc(e.max_batch_plain)} plain · ${esc(e.max_batch_spec)} with the drafter`],
+    ["break-even batch", e.break_even_batch === null ? "none up to the largest batch" : esc(e.break_even_batch)],
+    ["drafter memory share", fmt(e.draft_memory_fraction, 3)],
+  ])}${m ? kv([
+    ["measured at batch 1", `speed-up ${fmt(m.speedup_measured, 2)} (measurement #${esc(m.measurement_id)})`],
+    ["predicted from its step times", fmt(m.speedup_predicted, 2)],
+    ["prediction error", m.prediction_error === null ? "-" : `${fmt(100 * m.prediction_error, 1)}%`],
+    ["draft / target cost c", fmt(m.cost_ratio_c, 3)],
+  ]) : nodata("no measured speed-up yet")}</div>
+  <div class="chart" id="economics-chart"></div>
+  ${table(e.points, [
+    ["batch", (p) => esc(p.batch), "num"], ["fits", (p) => (p.fits ? "yes" : pill("no", "bad"))],
+    ["predicted speed-up", (p) => fmt(p.speedup, 2), "num"], ["bound", (p) => esc(p.bound)],
+    ["plain tok/s", (p) => fmt(p.plain_tokens_per_s, 1), "num"], ["speculative tok/s", (p) => fmt(p.spec_tokens_per_s, 1), "num"],
+    ["$ / 1M plain", (p) => fmt(p.cost_per_million_plain, 3), "num"], ["$ / 1M emitted", (p) => fmt(p.cost_per_million_emitted, 3), "num"],
+  ])}${(e.notes || []).length ? `<ul class="muted">${e.notes.map((n) => `<li>${esc(n)}</li>`).join("")}</ul>` : ""}`;
+  const top = Math.max(1.5, ...e.points.map((p) => p.speedup || 0)) * 1.1;
+  window.pairregCharts.lineChart($("#economics-chart"), {
+    xs: e.points.map((_, i) => i), xLabels: e.points.map((p) => `batch ${p.batch}`), height: 200,
+    series: [{ label: "predicted speed-up", ys: e.points.map((p) => p.speedup) },
+      { label: "break-even (1.0)", ys: e.points.map(() => 1), dash: [6, 4] }],
+    y: { min: 0, max: top, label: "speed-up" },
   });
 }
 
