@@ -263,3 +263,32 @@ def test_a_promoter_acknowledges_a_flag_from_its_page(browser: Any, served: Serv
     assert flag["closed_by"] == "token:ui-promoter" and flag["reason"] == "retraining the drafter"
     wait_ready(browser, route)
     assert console_errors(browser) == []
+
+
+def test_a_promoter_deprecates_a_pair_and_sees_a_refusal_on_the_live_one(
+    browser: Any, served: Served
+) -> None:
+    sign_in(browser, served, "promoter")
+    live = f"#/pair/{served.seeded.live_digest}"
+    open_page(browser, live)
+    browser.find_element(By.ID, "pair-reason").send_keys("try")
+    browser.find_element(By.CSS_SELECTOR, "[data-action=deprecate]").click()
+    refusal = WebDriverWait(browser, TIMEOUT).until(
+        lambda d: d.find_element(By.ID, "pair-action-out").text
+    )
+    assert "move it off every deployment" in refusal  # the server refuses; the page says why
+    assert api_get(served, f"/v1/pairs/{served.seeded.live_digest}")["status"] == "promoted"
+    get_log = browser.get_log("browser")  # the refused POST is logged by Chrome: expected
+    assert all("deprecate" in e["message"] for e in get_log if e["level"] == "SEVERE")
+
+    other = f"#/pair/{served.seeded.other_digest}"
+    open_page(browser, other)
+    browser.find_element(By.ID, "pair-reason").send_keys("superseded by draft v1")
+    browser.find_element(By.CSS_SELECTOR, "[data-action=deprecate]").click()
+    deadline = time.monotonic() + TIMEOUT
+    while api_get(served, f"/v1/pairs/{served.seeded.other_digest}")["status"] != "deprecated":
+        assert time.monotonic() < deadline, "the pair was not deprecated"
+        time.sleep(0.1)
+    wait_ready(browser, other)
+    assert browser.find_elements(By.CSS_SELECTOR, "[data-action=deprecate]") == []
+    assert console_errors(browser) == []
