@@ -292,3 +292,21 @@ def test_a_promoter_deprecates_a_pair_and_sees_a_refusal_on_the_live_one(
     wait_ready(browser, other)
     assert browser.find_elements(By.CSS_SELECTOR, "[data-action=deprecate]") == []
     assert console_errors(browser) == []
+
+
+def test_audit_events_filter_by_action(browser: Any, served: Served) -> None:
+    sign_in(browser, served, "auditor")
+    open_page(browser, "#/audit")
+    assert "intact" in browser.find_element(By.ID, "chain").text
+    total = int(browser.find_element(By.ID, "events").get_attribute("data-count"))
+    browser.find_element(By.CSS_SELECTOR, "#filter input[name=action]").send_keys(
+        "deployment.promote"
+    )
+    browser.find_element(By.CSS_SELECTOR, "#filter button").click()
+    wait_ready(browser, "#/audit?action=deployment.promote")
+    events = browser.find_element(By.ID, "events")
+    promotes = api_get(served, "/v1/audit/events?action=deployment.promote", role="auditor")
+    assert int(events.get_attribute("data-count")) == len(promotes["items"]) == 2 < total
+    rows = events.find_elements(By.CSS_SELECTOR, "tbody tr")
+    assert len(rows) == 2 and all("deployment.promote" in r.text for r in rows)
+    assert console_errors(browser) == []
