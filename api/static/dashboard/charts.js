@@ -154,6 +154,7 @@ function lineChart(el, opts) {
     bands,
     axes,
     legend: { show: false },
+    tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"), // tables show UTC too
     cursor: { drag: { x: false, y: false } },
     plugins: [markersPlugin(markers), ...(opts.whiskers ? [whiskersPlugin(series)] : [])],
   }, data, el);
