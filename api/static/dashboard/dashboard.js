@@ -214,9 +214,24 @@ async function onlineData(name, path) {
   if (!path) return { t, rows: [], missing: "no online acceptance data: this server does not expose online α per deployment" };
   try {
     const body = await api(fill(path, name));
-    const buckets = body.buckets || body.items || body.series || [];
-    return { t, body, rows: buckets.filter((b) => t(b)) };
+    const buckets = (body.buckets || body.items || body.series || []).filter((b) => t(b));
+    return { t, body, rows: mergeBuckets(buckets, t, body.live_pair_digest) };
   } catch (e) { return { t, rows: [], missing: `no online acceptance data: ${explain(e)}` }; }
+}
+
+// Buckets come per pair; a bucket in which the deployment moved holds two. One point per
+// time: counts added, α recomputed from them, the validated α of the live pair's bucket.
+function mergeBuckets(buckets, t, livePair) {
+  const byTime = new Map();
+  for (const b of buckets) {
+    const key = secs(t(b));
+    const seen = byTime.get(key);
+    if (!seen) { byTime.set(key, { ...b }); continue; }
+    for (const f of ["requests", "tested", "drafted", "accepted"]) seen[f] = (seen[f] ?? 0) + (b[f] ?? 0);
+    seen.alpha = seen.drafted ? seen.accepted / seen.drafted : null;
+    if (b.pair_digest === livePair) { seen.validated_alpha = b.validated_alpha; seen.state = b.state; }
+  }
+  return [...byTime.entries()].sort((a, b) => a[0] - b[0]).map(([, b]) => b);
 }
 
 function onlineSection(online, xRange, markers) {
