@@ -266,7 +266,7 @@ function onlineSection(online, xRange, markers) {
   const monitors = body.monitors || [];
   $("#online-table").innerHTML = (monitors.length ? `<h3>Sequential test (${esc(body.method ?? "")})</h3>` + table(monitors, [
     ["pair", (m) => pairLink(m.pair_digest)], ["live", (m) => (m.live ? "yes" : "no")],
-    ["state", (m) => pill(m.state, m.state === "alarmed" ? "bad" : "good")],
+    ["state", (m) => pill(m.state, { alarmed: "bad", watching: "good" }[m.state] || "")],
     ["validated α", (m) => fmt(m.validated_alpha), "num"], ["online α", (m) => fmt(m.alpha), "num"],
     ["requests tested", (m) => esc(m.tested ?? m.requests ?? "-"), "num"],
     ["e-value", (m) => fmt(m.e_value, 2), "num"], ["alarm at e ≥", (m) => (m.level ? fmt(1 / m.level, 0) : "-"), "num"],
