@@ -63,3 +63,15 @@ def revoke(name: str = typer.Argument(..., help="Token name."), json_out: bool =
         print_json(tok)
     else:
         console.print(f"token {tok.name} revoked at {tok.revoked_at:%Y-%m-%d %H:%M:%S}")
+
+
+@app.command("whoami")
+def whoami(json_out: bool = JSON) -> None:
+    """The token in use (remote) or the local user (embedded), its role and capabilities."""
+    me = get_backend().whoami()
+    if json_out:
+        print_json(me)
+        return
+    who = f"token {me.token}" if me.token else f"{me.actor} (embedded)"
+    console.print(f"{who}: role {me.role}")
+    console.print(f"may: {', '.join(me.capabilities)}")

@@ -262,6 +262,20 @@ class TokenRecord(BaseModel):
     revoked_at: datetime | None = None
 
 
+class Identity(BaseModel):
+    """Who the caller is and what its role may do (for clients that hide what they cannot use)."""
+
+    actor: str = Field(description="The identity recorded in audit events for this caller.")
+    token: str | None = Field(description="The token's name; None when acting embedded.")
+    role: str
+    capabilities: list[str] = Field(
+        description="Names of the role groups this role belongs to (registry.roles)."
+    )
+    mlflow_ui: str | None = Field(
+        default=None, description="Base URL of the MLflow UI when the tracking URI is a server."
+    )
+
+
 class TokenCreated(BaseModel):
     token: TokenRecord
     secret: str = Field(description="Shown once; only its SHA-256 is stored.")

@@ -33,3 +33,25 @@ INGEST = frozenset({"admin", "ingest"})
 METRICS = READ_REGISTRY
 # Read the audit log and request records.
 READ_AUDIT = frozenset({"admin", "auditor"})
+# Any valid token: who am I, and what may I do.
+ANY = frozenset(ROLES)
+
+# The groups by name, so a client (the dashboard) can show only what its token may do
+# without restating the rules: ``whoami`` lists the names whose set holds the caller's role.
+CAPABILITIES: dict[str, frozenset[str]] = {
+    "admin": ADMIN,
+    "read_registry": READ_REGISTRY,
+    "write_registry": WRITE_REGISTRY,
+    "verify_artifact": VERIFY_ARTIFACT,
+    "govern": GOVERN,
+    "validate": VALIDATE,
+    "measure": MEASURE,
+    "workers": WORKERS,
+    "ingest": INGEST,
+    "read_audit": READ_AUDIT,
+}
+
+
+def capabilities(role: str) -> list[str]:
+    """The capability names a role holds, sorted."""
+    return sorted(name for name, admitted in CAPABILITIES.items() if role in admitted)

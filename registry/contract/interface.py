@@ -31,6 +31,7 @@ from registry.records import (
     AuditEventRecord,
     ChainVerifyResult,
     Checkpoint,
+    Identity,
     Page,
     PairProposal,
     PairRecord,
@@ -248,6 +249,10 @@ class Backend(Protocol):
 
     def create_token(self, *, name: str, role: TokenRole) -> TokenCreated:
         """Create a token (its secret is shown once)."""
+        ...
+
+    def whoami(self) -> Identity:
+        """The caller's token, role and capabilities."""
         ...
 
     def list_tokens(self, *, cursor: Cursor = ..., limit: Limit = ...) -> Page[TokenRecord]:

@@ -49,6 +49,12 @@ def _hash_workers(ctx: CallContext) -> int | None:
     return ctx.settings.hash_workers
 
 
+def _mlflow_ui(ctx: CallContext) -> str | None:
+    """The MLflow UI's base URL when runs are tracked on a server (links from the dashboard)."""
+    uri = ctx.settings.mlflow_tracking_uri or ""
+    return uri.rstrip("/") if uri.startswith(("http://", "https://")) else None
+
+
 def _nothing_new(attr: str):  # -> Callable[[Any], bool]
     return lambda result: not getattr(result, attr)
 
@@ -324,6 +330,16 @@ OPERATIONS: tuple[Operation, ...] = (
         errors=(InvalidInput, Conflict),
         status=201,
         examples=({"name": "ci-ingest", "role": "ingest"},),
+    ),
+    Operation(
+        tokens.whoami,
+        "GET",
+        "/v1/whoami",
+        roles.ANY,
+        "The caller's token, role and capabilities",
+        "tokens",
+        errors=NF,
+        context={"mlflow_ui": _mlflow_ui},
     ),
     Operation(tokens.list_tokens, "GET", "/v1/tokens", roles.ADMIN, "List tokens", "tokens", NF),
     Operation(

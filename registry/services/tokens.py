@@ -16,8 +16,8 @@ from registry.audit import append_event, lock_writes
 from registry.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from registry.models import ApiToken, utcnow
 from registry.params import Cursor, Limit
-from registry.records import Page, TokenCreated, TokenRecord, from_row
-from registry.roles import ROLES, TokenRole
+from registry.records import Identity, Page, TokenCreated, TokenRecord, from_row
+from registry.roles import ROLES, TokenRole, capabilities
 from registry.services.base import operation, page_query
 
 TOKEN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
@@ -79,6 +79,32 @@ def list_tokens(
 ) -> Page[TokenRecord]:
     rows, next_cursor = page_query(session, select(ApiToken), ApiToken.id, cursor, limit)
     return Page[TokenRecord](items=[to_record(t) for t in rows], next_cursor=next_cursor)
+
+
+@operation
+def whoami(session: Session, *, actor: str, mlflow_ui: str | None = None) -> Identity:
+    """The caller's token, role and capabilities.
+
+    Clients such as the dashboard read this to show only the actions the role may take; the
+    server still checks every call. Over HTTP the actor is ``token:<name>``; embedded, the
+    local user acts with the database's full authority (admin).
+    """
+    if actor.startswith("token:"):
+        name = actor.removeprefix("token:")
+        tok = session.scalar(select(ApiToken).where(ApiToken.name == name))
+        if tok is None:
+            raise NotFound(f"no token named {name}", field="actor")
+        token: str | None = name
+        role = tok.role
+    else:
+        token, role = None, "admin"
+    return Identity(
+        actor=actor,
+        token=token,
+        role=role,
+        capabilities=capabilities(role),
+        mlflow_ui=mlflow_ui,
+    )
 
 
 @operation

@@ -25,6 +25,9 @@ MEASURE = frozenset({"admin", "registrar", "promoter", "worker"})  # store a mea
 WORKERS = frozenset({"admin", "worker"})  # the job protocol and the Hub watch
 INGEST = frozenset({"admin", "ingest"})
 READ_AUDIT = frozenset({"admin", "auditor"})
+ANY_TOKEN = frozenset(
+    {"admin", "registrar", "promoter", "ingest", "auditor", "reader", "worker"}
+)  # whoami
 
 # (method, path template as FastAPI declares it) -> roles admitted; PUBLIC = no auth.
 ROLE_TABLE: dict[tuple[str, str], frozenset[str]] = {
@@ -39,6 +42,7 @@ ROLE_TABLE: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/dashboard"): PUBLIC,  # static page; it calls the API with the user's token
     # Prometheus: a registry-reading token (PAIRREG_METRICS_PUBLIC=true serves it openly)
     ("GET", "/metrics"): READ_REGISTRY,
+    ("GET", "/dashboard/static/{path:path}"): PUBLIC,  # its CSS, JavaScript, vendored uPlot
     # artifacts
     ("POST", "/v1/artifacts"): WRITE_REGISTRY,
     ("GET", "/v1/artifacts"): READ_REGISTRY,
@@ -71,6 +75,7 @@ ROLE_TABLE: dict[tuple[str, str], frozenset[str]] = {
     # tokens
     ("POST", "/v1/tokens"): ADMIN_ONLY,
     ("GET", "/v1/tokens"): ADMIN_ONLY,
+    ("GET", "/v1/whoami"): ANY_TOKEN,
     ("DELETE", "/v1/tokens/{name}"): ADMIN_ONLY,
     # governance: measurements, jobs, drift, watch
     ("POST", "/v1/measurements"): MEASURE,

@@ -250,6 +250,7 @@ def scenario(call: Recorder, models: dict[str, Path]) -> None:
     call("retire_pair", ref=pb, reason="gone")
     call("create_token", name="ci", role="ingest")
     call("list_tokens")
+    call("whoami")
     call("revoke_token", name="ci")
     call("list_audit_events", action="pair.status_changed")
     call("verify_audit_chain")
