@@ -159,3 +159,22 @@ def test_online_cli(home: Settings, served: Served) -> None:
     assert text.exit_code == 0 and "buckets of 600 s" in text.output
     bad = run_cli("deployment", "online", s.deployment, "--bucket", "7")
     assert bad.exit_code == 2 and "bucket_seconds" in bad.output
+
+
+def test_scraped_counters_are_shown_beside_the_test(served: Served) -> None:
+    from registry.services import telemetry
+    from tests.requests.test_telemetry_export import metrics
+
+    s = served
+    for counts in ((10, 40, 20), (110, 440, 260), (5, 20, 10)):  # the last one: a restart
+        with session_scope(s.url) as session:
+            telemetry.ingest_prometheus(
+                session, deployment=s.deployment, text=metrics(*counts), actor=ACTOR
+            )
+    view = _view(s.url, s.deployment)
+    assert [(x.drafted, x.accepted, x.reset) for x in view.scrapes] == [
+        (0, 0, False), (400, 240, False), (20, 10, True)
+    ]  # fmt: skip
+    assert view.scrapes[1].alpha == pytest.approx(0.6) and view.scrapes[0].alpha is None
+    assert {x.pair_digest for x in view.scrapes} == {s.pair_b}
+    assert view.monitors == [] and view.buckets == []  # scrapes never feed the test
