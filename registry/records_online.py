@@ -57,6 +57,17 @@ class OnlineBucketRecord(BaseModel):
     state: str = Field(description="The monitor's state at the bucket's end.")
 
 
+class ScrapeRecord(BaseModel):
+    """One scrape of the engine's spec-decode counters (``pairreg telemetry``), as deltas."""
+
+    at: datetime
+    pair_digest: str | None
+    drafted: int = Field(description="Draft tokens since the previous scrape.")
+    accepted: int
+    alpha: float | None = Field(description="accepted / drafted over this scrape's delta.")
+    reset: bool = Field(description="A counter went down: the engine restarted.")
+
+
 class OnlineAlpha(BaseModel):
     """Online α of a deployment over time and the sequential test against the validated α."""
 
@@ -66,3 +77,8 @@ class OnlineAlpha(BaseModel):
     method: str
     monitors: list[OnlineMonitorRecord] = Field(description="Newest first; the live pair's first.")
     buckets: list[OnlineBucketRecord] = Field(description="Oldest first.")
+    scrapes: list[ScrapeRecord] = Field(
+        default_factory=list,
+        description="Scraped engine counters in the window, oldest first (at most 2,000): "
+        "no request boundary, so shown beside the test, not fed to it.",
+    )

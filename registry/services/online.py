@@ -38,10 +38,23 @@ from sqlalchemy.orm import Session
 
 from registry import online_stats
 from registry.errors import InvalidInput
-from registry.models import Deployment, DriftFlag, OnlineBucket, OnlineMonitor, Pair, utcnow
+from registry.models import (
+    Deployment,
+    DriftFlag,
+    OnlineBucket,
+    OnlineMonitor,
+    Pair,
+    TelemetrySample,
+    utcnow,
+)
 from registry.params import DeploymentName, Timestamp
 from registry.policy import DEFAULTS
-from registry.records_online import OnlineAlpha, OnlineBucketRecord, OnlineMonitorRecord
+from registry.records_online import (
+    OnlineAlpha,
+    OnlineBucketRecord,
+    OnlineMonitorRecord,
+    ScrapeRecord,
+)
 from registry.refs import resolve_deployment
 from registry.services import drift
 from registry.services.base import operation
@@ -50,6 +63,7 @@ from registry.services.telemetry import baseline_acceptance
 
 BUCKET_SECONDS = 300
 MAX_BUCKET_ROWS = 20_000
+MAX_SCRAPES = 2_000
 METHOD = (
     "betting e-process with online-Newton-step bets on per-request acceptance rates "
     "(Waudby-Smith & Ramdas, JRSS-B 2024); alarm when the e-value reaches 1/level"
@@ -410,6 +424,29 @@ def deployment_online_alpha(
                 state=acc["state"],
             )
         )
+    samples = select(TelemetrySample).where(TelemetrySample.deployment_id == dep.id)
+    if since is not None:
+        samples = samples.where(TelemetrySample.scraped_at >= since)
+    if until is not None:
+        samples = samples.where(TelemetrySample.scraped_at < until)
+    scraped = list(session.scalars(samples.order_by(TelemetrySample.id.desc()).limit(MAX_SCRAPES)))
+    scraped.reverse()
+    missing = {t.pair_id for t in scraped if t.pair_id and t.pair_id not in digests}
+    if missing:
+        digests.update(
+            session.execute(select(Pair.id, Pair.pair_digest).where(Pair.id.in_(missing))).all()
+        )
+    scrapes = [
+        ScrapeRecord(
+            at=t.scraped_at,
+            pair_digest=digests.get(t.pair_id) if t.pair_id else None,
+            drafted=t.drafted,
+            accepted=t.accepted,
+            alpha=t.accepted / t.drafted if t.drafted else None,
+            reset=t.reset,
+        )
+        for t in scraped
+    ]
     return OnlineAlpha(
         deployment=dep.name,
         live_pair_digest=digests.get(live_id) if live_id else None,
@@ -417,4 +454,5 @@ def deployment_online_alpha(
         method=METHOD,
         monitors=[monitor_record(m, digests[m.pair_id], m.pair_id == live_id) for m in monitors],
         buckets=buckets,
+        scrapes=scrapes,
     )

@@ -159,3 +159,42 @@ def test_online_cli(home: Settings, served: Served) -> None:
     assert text.exit_code == 0 and "buckets of 600 s" in text.output
     bad = run_cli("deployment", "online", s.deployment, "--bucket", "7")
     assert bad.exit_code == 2 and "bucket_seconds" in bad.output
+
+
+def test_scraped_counters_are_shown_beside_the_test(served: Served) -> None:
+    from registry.services import telemetry
+    from tests.requests.test_telemetry_export import metrics
+
+    s = served
+    for counts in ((10, 40, 20), (110, 440, 260), (5, 20, 10)):  # the last one: a restart
+        with session_scope(s.url) as session:
+            telemetry.ingest_prometheus(
+                session, deployment=s.deployment, text=metrics(*counts), actor=ACTOR
+            )
+    view = _view(s.url, s.deployment)
+    assert [(x.drafted, x.accepted, x.reset) for x in view.scrapes] == [
+        (0, 0, False), (400, 240, False), (20, 10, True)
+    ]  # fmt: skip
+    assert view.scrapes[1].alpha == pytest.approx(0.6) and view.scrapes[0].alpha is None
+    assert {x.pair_digest for x in view.scrapes} == {s.pair_b}
+    assert view.monitors == [] and view.buckets == []  # scrapes never feed the test
+
+
+def test_concurrent_batches_update_one_monitor_without_losing_counts(served: Served) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    s = served
+    _baseline(s.url, s.pair_b, 0.60)
+    tags = _tags(s, np.random.default_rng(9), 0.60, 400, 0)
+    batches = [tags[i : i + 50] for i in range(0, 400, 50)]
+
+    def one(batch):  # type: ignore[no-untyped-def]
+        with session_scope(s.url) as session:
+            return svc.ingest_requests(session, tags=batch, actor=ACTOR).stored
+
+    with ThreadPoolExecutor(4) as pool:
+        assert sum(pool.map(one, batches)) == 400
+    view = _view(s.url, s.deployment)
+    (mon,) = view.monitors
+    assert mon.tested == 400 and mon.drafted == sum(t["spec"]["num_draft_tokens"] for t in tags)
+    assert sum(b.tested for b in view.buckets) == 400
