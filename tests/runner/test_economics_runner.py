@@ -32,7 +32,8 @@ def test_economics_summary_by_hand() -> None:
     assert out["draft_step_s"] == pytest.approx(0.012 / 4)
     assert out["tokens_per_verify_pass"] == pytest.approx((3 * 5 + 1) / 4)
     assert out["plain_call_s"] == pytest.approx(0.01)
-    assert out["cost_ratio_c"] == pytest.approx(0.003 / 0.01)
+    # c: 0.004 s per step of 4 drafted tokens = 0.001 s per token, over a 0.01 s pass
+    assert out["cost_ratio_c"] == pytest.approx(0.1)
     assert out["speedup_measured"] == pytest.approx(0.011 / 0.01)
     assert out["speedup_predicted"] == pytest.approx(2.5 * 0.01 / (0.0115 + 0.003))
     assert out["spec"]["prefill"] == {"calls": 1, "seconds": 0.5, "tokens": 7}
