@@ -76,4 +76,7 @@ def test_no_drafter_no_baseline(tiny) -> None:
     s = MeasureSettings(method="none", k=0, max_new_tokens=8, device="cpu")
     res = measure_pair(tiny.target_v1, None, [Prompt("p", "code", "def f(")], s)
     e = res.to_dict()["economics"]
-    assert "speedup_measured" not in e and e["spec"]["target_by_tokens"]["1"]["calls"] == 7
+    # plain decoding: one 1-token pass per token after the first (the prefill emits it)
+    assert "speedup_measured" not in e
+    assert e["spec"]["target_by_tokens"]["1"]["calls"] == res.prompts[0]["emitted"] - 1
+    assert e["spec"]["prefill"]["calls"] == 1 and not e["spec"]["draft_by_tokens"]
