@@ -80,3 +80,20 @@ def test_no_drafter_no_baseline(tiny) -> None:
     assert "speedup_measured" not in e
     assert e["spec"]["target_by_tokens"]["1"]["calls"] == res.prompts[0]["emitted"] - 1
     assert e["spec"]["prefill"]["calls"] == 1 and not e["spec"]["draft_by_tokens"]
+
+
+def test_mlflow_metrics_carry_the_economics() -> None:
+    from runner.mlflow_log import _flatten_metrics, economics_metrics
+
+    spec, plain = StepTimings(), StepTimings()
+    spec.add_target(5, 0.02)
+    spec.add_draft(4, 0.004)
+    spec.add_decode(0.024, 3)
+    plain.add_target(1, 0.01)
+    plain.add_decode(0.01, 1)
+    econ = economics_summary(spec, plain, tau=3.0)
+    m = economics_metrics(econ)
+    assert m["economics.speedup_measured"] == pytest.approx((0.01 / 1) / (0.024 / 3))
+    assert m["economics.target_s.n5"] == pytest.approx(0.02)
+    assert m["economics.draft_s.k4"] == pytest.approx(0.004)
+    assert "economics.speedup_predicted" in _flatten_metrics({"economics": econ})
