@@ -6,9 +6,9 @@ Usage: ``python bench/economics_table.py [--prompts 8] [--max-new-tokens 64]
 In a throw-away ``PAIRREG_HOME``: registers the tiny target and drafters, measures each
 pair with the runner (which times every pass and decodes the same prompts plainly),
 stores the measurements, measures this machine into the ``local-cpu`` profile (unless
-``--no-probe``), then asks the ``pair_economics`` operation for each profile and prints
-Markdown: the measured batch-1 speed-up beside the model's prediction, then predicted
-speed-ups by batch, largest batches, break-even batch and cost per 1M emitted tokens.
+``--no-probe`` or ``--profile FILE``), then asks the ``pair_economics`` operation for each
+profile and prints Markdown: the measured batch-1 speed-up beside the model's prediction,
+then predicted speed-ups by batch, largest batches, break-even batch and cost per 1M emitted tokens.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--price", type=float, default=2.5)
     ap.add_argument("--tiny-dir", default=None)
     ap.add_argument("--no-probe", action="store_true")
+    ap.add_argument("--profile", default=None, help="Use this measured profile TOML instead.")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     home = Path(tempfile.mkdtemp(prefix="pairreg-econ-"))
@@ -56,7 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings()
     initialise(settings)
     backend = local_backend(settings)
-    if not args.no_probe:
+    if args.profile:
+        d = user_dir(home)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / Path(args.profile).name).write_text(Path(args.profile).read_text())
+    elif not args.no_probe:
         prof = profile_from_dict(measure_profile("local-cpu"), kind="measured")
         d = user_dir(home)
         d.mkdir(parents=True, exist_ok=True)

@@ -122,7 +122,11 @@ def economics_summary(
             "plain_decode_s": plain_decode_s,
             "plain_decode_tokens": plain_decode_tokens,
             "plain_call_s": plain_call,
-            "cost_ratio_c": _div(draft_step, plain_call or 0.0),
+            # c as in Leviathan et al.: one drafted token (a tree: one level) / one target pass
+            "cost_ratio_c": _div(
+                _div(spec.draft_seconds, sum(k * r[0] for k, r in spec.draft.items())) or 0.0,
+                plain_call or 0.0,
+            ),
             "speedup_measured": _div(plain_per_tok, spec_per_tok),
         }
     )

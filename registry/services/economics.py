@@ -277,7 +277,10 @@ def pair_economics(
     report = build_report(session, p, tau=tau, **args)
     if compare is not None:
         other = resolve_pair(session, compare)
-        report.compare = build_report(session, other, **args)
+        try:
+            report.compare = build_report(session, other, **args)
+        except InvalidInput as exc:
+            raise InvalidInput(f"compare: {exc}", field="compare") from exc
         if other.target_id != p.target_id:
             report.notes.append(f"pair {other.id} has another target: not like for like")
     return report

@@ -32,7 +32,8 @@ def test_economics_summary_by_hand() -> None:
     assert out["draft_step_s"] == pytest.approx(0.012 / 4)
     assert out["tokens_per_verify_pass"] == pytest.approx((3 * 5 + 1) / 4)
     assert out["plain_call_s"] == pytest.approx(0.01)
-    assert out["cost_ratio_c"] == pytest.approx(0.003 / 0.01)
+    # c: 0.004 s per step of 4 drafted tokens = 0.001 s per token, over a 0.01 s pass
+    assert out["cost_ratio_c"] == pytest.approx(0.1)
     assert out["speedup_measured"] == pytest.approx(0.011 / 0.01)
     assert out["speedup_predicted"] == pytest.approx(2.5 * 0.01 / (0.0115 + 0.003))
     assert out["spec"]["prefill"] == {"calls": 1, "seconds": 0.5, "tokens": 7}
@@ -75,4 +76,24 @@ def test_no_drafter_no_baseline(tiny) -> None:
     s = MeasureSettings(method="none", k=0, max_new_tokens=8, device="cpu")
     res = measure_pair(tiny.target_v1, None, [Prompt("p", "code", "def f(")], s)
     e = res.to_dict()["economics"]
-    assert "speedup_measured" not in e and e["spec"]["target_by_tokens"]["1"]["calls"] == 7
+    # plain decoding: one 1-token pass per token after the first (the prefill emits it)
+    assert "speedup_measured" not in e
+    assert e["spec"]["target_by_tokens"]["1"]["calls"] == res.prompts[0]["emitted"] - 1
+    assert e["spec"]["prefill"]["calls"] == 1 and not e["spec"]["draft_by_tokens"]
+
+
+def test_mlflow_metrics_carry_the_economics() -> None:
+    from runner.mlflow_log import _flatten_metrics, economics_metrics
+
+    spec, plain = StepTimings(), StepTimings()
+    spec.add_target(5, 0.02)
+    spec.add_draft(4, 0.004)
+    spec.add_decode(0.024, 3)
+    plain.add_target(1, 0.01)
+    plain.add_decode(0.01, 1)
+    econ = economics_summary(spec, plain, tau=3.0)
+    m = economics_metrics(econ)
+    assert m["economics.speedup_measured"] == pytest.approx((0.01 / 1) / (0.024 / 3))
+    assert m["economics.target_s.n5"] == pytest.approx(0.02)
+    assert m["economics.draft_s.k4"] == pytest.approx(0.004)
+    assert "economics.speedup_predicted" in _flatten_metrics({"economics": econ})
