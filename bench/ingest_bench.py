@@ -7,7 +7,10 @@
    ``--batch`` from ``--clients`` concurrent HTTP clients: tags/s end to end (JSON encoding,
    HTTP, validation, idempotency check, insert, audit event, commit).
 3. In the same run, COPYs the same rows into a scratch table with the same columns and
-   indexes: tags/s of the raw database path, and the ratio (target: at least 0.25).
+   indexes: tags/s of the raw database path, and the ratio (target: at least 0.25). Also
+   the CPU seconds each path used (API workers + their PostgreSQL backends + HTTP clients,
+   vs the COPY client + its backend) and their ratio, which a busy shared machine disturbs
+   far less than wall-clock rates.
 4. After ``VACUUM ANALYZE`` (the steady state of a running registry) and 200 warm-up
    lookups, looks up ``--lookups`` random request ids through the service layer (server
    side, no HTTP): p50 and p99 (target p99 < 5 ms).
@@ -99,6 +102,45 @@ FKS = (
 )
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU of these processes so far (Linux ``/proc``); gone ones count 0."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def process_tree(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            todo += [int(c) for c in task.read_text().split()]
+    return out
+
+
+def backend_pids(url: str) -> list[int]:
+    """The scratch database's PostgreSQL backends, except the one asking."""
+    engine = _admin(url)
+    try:
+        with engine.connect() as conn:
+            return list(
+                conn.execute(
+                    text(
+                        "SELECT pid FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                ).scalars()
+            )
+    finally:
+        engine.dispose()
+
+
 def make_tags(n: int, deployment: str) -> list[dict]:
     start = datetime.now(UTC) - timedelta(minutes=50)
     return [
@@ -134,7 +176,10 @@ def start_api(url: str, home: Path, port: int, workers: int) -> subprocess.Popen
     raise RuntimeError("API did not start")
 
 
-def ingest_via_api(port: int, token: str, tags: list[dict], batch: int, clients: int) -> float:
+def ingest_via_api(
+    port: int, token: str, tags: list[dict], batch: int, clients: int
+) -> tuple[float, float]:
+    """(seconds, CPU seconds of the HTTP clients) to POST every batch."""
     batches = [tags[i : i + batch] for i in range(0, len(tags), batch)]
     bodies = [json.dumps({"tags": b}).encode() for b in batches]  # encode outside the timing
     lock = threading.Lock()
@@ -154,19 +199,22 @@ def ingest_via_api(port: int, token: str, tags: list[dict], batch: int, clients:
                     errors.append(f"{r.status_code} {r.text[:200]}")
 
     threads = [threading.Thread(target=worker) for _ in range(clients)]
+    cpu0 = time.process_time()
     t0 = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - t0
+    client_cpu = time.process_time() - cpu0
     if errors:
         raise RuntimeError(f"{len(errors)} batches failed: {errors[:3]}")
-    return elapsed
+    return elapsed, client_cpu
 
 
-def copy_rows(url: str, tags: list[dict]) -> float:
-    """COPY the same rows (as the ingest would store them) into a scratch table."""
+def copy_rows(url: str, tags: list[dict]) -> tuple[float, float]:
+    """COPY the same rows (as the ingest would store them) into a scratch table: (seconds,
+    CPU seconds of this client and its PostgreSQL backend)."""
     import psycopg
 
     dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
@@ -183,6 +231,8 @@ def copy_rows(url: str, tags: list[dict]) -> float:
              t["input_tokens"], t["output_tokens"], json.dumps(t["spec"]), False, True)
             for t in tags
         ]  # fmt: skip
+        backend = [conn.info.backend_pid]
+        cpu0 = time.process_time() + cpu_seconds(backend)
         t0 = time.perf_counter()
         with (
             conn.cursor() as cur,
@@ -194,7 +244,8 @@ def copy_rows(url: str, tags: list[dict]) -> float:
             for r in rows:
                 copy.write_row(r)
         conn.commit()
-        return time.perf_counter() - t0
+        elapsed = time.perf_counter() - t0
+        return elapsed, time.process_time() + cpu_seconds(backend) - cpu0
 
 
 def steady_state(url: str) -> None:
@@ -290,11 +341,15 @@ def main() -> None:
                 drop_tag_fks(url)
             tags = make_tags(args.tags, deployment)
             proc = start_api(url, Path(tmp) / "home", args.port, args.workers)
-            api_s = ingest_via_api(args.port, token, tags, args.batch, args.clients)
+            servers = process_tree(proc.pid)
+            cpu0 = cpu_seconds(servers + backend_pids(url))
+            api_s, client_cpu = ingest_via_api(args.port, token, tags, args.batch, args.clients)
+            # API workers, their PostgreSQL backends and the HTTP clients (this process).
+            api_cpu = cpu_seconds(servers + backend_pids(url)) - cpu0 + client_cpu
             proc.terminate()
             proc.wait(30)
             proc = None
-            copy_s = copy_rows(url, tags)
+            copy_s, copy_cpu = copy_rows(url, tags)
             with session_scope(url) as s:
                 stored = s.execute(text("SELECT count(*) FROM request_tags")).scalar()
             # Steady state, as a running registry would be: statistics current (not the
@@ -314,6 +369,8 @@ def main() -> None:
                 "api_seconds": round(api_s, 2), "api_tags_per_s": round(api_rate),
                 "copy_seconds": round(copy_s, 2), "copy_tags_per_s": round(copy_rate),
                 "ratio_api_to_copy": round(api_rate / copy_rate, 3),
+                "api_cpu_seconds": round(api_cpu, 2), "copy_cpu_seconds": round(copy_cpu, 2),
+                "cpu_ratio_api_to_copy": round(copy_cpu / api_cpu, 3),
                 "lookup_by_request_id_service": lat,
                 "lookup_by_request_id_sql": sql_lat,
                 "tagger_tag_us": round(tagger_cost(), 2),

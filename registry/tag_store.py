@@ -57,6 +57,9 @@ _CHUNK = 5000  # ids per IN (...) list on SQLite (its variable limit is 32766)
 STAGE = "pairreg_ingest_stage"
 _COLUMNS = Row._fields
 _TAG_COLUMNS = ", ".join(_COLUMNS[:-1])
+# Binary COPY. ``spec`` goes as text: it is already canonical JSON, which the server's json
+# input parses (psycopg's json dumper would encode the string again, as a JSON string).
+_STAGE_TYPES = "text timestamptz int4 int4 int4 int4 text bool bool text".split()
 
 _STAGE_DDL = (
     f"CREATE TEMP TABLE IF NOT EXISTS {STAGE} ("
@@ -123,7 +126,8 @@ def _store_postgres(
     raw = session.connection().connection.driver_connection
     with raw.cursor() as cur:  # type: ignore[union-attr]
         cur.execute(_STAGE_DDL)
-        with cur.copy(f"COPY {STAGE} ({', '.join(_COLUMNS)}) FROM STDIN") as copy:
+        with cur.copy(f"COPY {STAGE} ({', '.join(_COLUMNS)}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(_STAGE_TYPES)
             for row in rows:
                 copy.write_row(row)
     batch_id, skipped = session.execute(
