@@ -147,8 +147,8 @@ def _parse_tags(tags: Sequence[TagIn | dict[str, Any]]) -> list[TagIn]:
 
 def _pair_ids(session: Session, digests: list[str]) -> dict[str, int]:
     out: dict[str, int] = {}
-    for i in range(0, len(digests), _CHUNK):
-        chunk = digests[i : i + _CHUNK]
+    for start in range(0, len(digests), _CHUNK):
+        chunk = digests[start : start + _CHUNK]
         out.update(
             {
                 d: i
