@@ -258,8 +258,14 @@ def test_proxy_caps_bodies_too(tmp_path: Path) -> None:
             pass
 
     settings = Settings(home=tmp_path, max_results_body_bytes=4096)
-    app = create_proxy_app(deployment="d", upstream="http://127.0.0.1:9", settings=settings,
-                           spool_dir=tmp_path / "spool", backend=NoRegistry(), tagger=Tags())  # fmt: skip
+    app = create_proxy_app(
+        deployment="d",
+        upstream="http://127.0.0.1:9",
+        settings=settings,
+        spool_dir=tmp_path / "spool",
+        backend=NoRegistry(),
+        tagger=Tags(),
+    )
     big = {"model": "d", "prompt": "x" * 5000}
     _problem(_call(app, "POST", "/v1/completions", json=big), 413)
     small = _call(app, "POST", "/v1/completions", json={"model": "d", "prompt": "hi"})
