@@ -116,8 +116,10 @@ def _intact(url: str) -> None:
 def _clear_failure(r: Any) -> None:
     assert r.rc == 1, (r.rc, r.out, r.err)
     lines = [ln for ln in r.err.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1, r.err
-    assert "insufficient storage" in lines[0] or "disk full" in lines[0], lines[0]
+    # one error line, the last thing printed (a progress display may precede it)
+    errors = [ln for ln in lines if ln.startswith("error:")]
+    assert errors == lines[-1:], r.err
+    assert errors[0].startswith("error: insufficient storage: "), errors[0]
     assert "Traceback" not in r.err + r.out
 
 
