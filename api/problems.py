@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from api.route_index import allowed_methods
 from registry.contract.spec import describe_error
 from registry.errors import PairregError
-from registry.outages import classify
+from registry.outages import classify, data_paths
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 logger = logging.getLogger("pairreg.api")
@@ -91,7 +91,7 @@ def install_problem_handlers(app: FastAPI) -> None:
     async def _outage(request: Request, exc: Exception) -> JSONResponse:
         # A full disk or a lost database is the environment's fault: say so, and tell the
         # client to come back (the write was one transaction, so nothing of it was stored).
-        outage = classify(exc)
+        outage = classify(exc, where=data_paths(getattr(request.app.state, "settings", None)))
         if outage is None:
             raise exc
         logger.warning("%s %s: %s", request.method, request.url.path, outage.detail)

@@ -41,6 +41,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from sse_starlette import ServerSentEvent
 
 from api import tracing
+from api.limits import BodyLimit, BodyLimits
 from registry.settings import Settings
 
 HOP_HEADERS = {
@@ -190,6 +191,10 @@ def create_proxy_app(
         tagger.close()
 
     app = FastAPI(title="pairreg proxy", description=__doc__, lifespan=lifespan)
+    # Bodies are forwarded whole: cap them (a long prompt fits the results family's 8 MiB).
+    cap = settings.max_results_body_bytes
+    limits = BodyLimits(default=cap, results=cap, ingest=cap, body_timeout=settings.body_timeout)
+    app.add_middleware(BodyLimit, limits=limits)
     app.state.live = live
     app.state.tagger = tagger
 

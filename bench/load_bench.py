@@ -6,7 +6,8 @@
    validated pairs on deployment ``prod`` (synthetic measurements, the governance tests'
    helpers), 20,000 request tags, and fake model directories for registrations.
 2. Starts ``pairreg serve`` (one process, loopback, random port, no embedded worker).
-3. Runs ``--clients`` concurrent asyncio clients (httpx) for ``--duration`` seconds, each
+3. Times 100 look-ups from one client (the baseline: same machine, same moment), then runs
+   ``--clients`` concurrent asyncio clients (httpx) for ``--duration`` seconds, each
    picking operations at random with the weights below: look-ups of a pair and of a request
    tag, audit-event queries, ingest batches of ``--batch`` new tags, artifact
    registrations and promotions (which alternate the live pair of ``prod``).
@@ -62,6 +63,7 @@ WEIGHTS = {
 }
 LOOKUPS = ("pair_lookup", "request_lookup")
 SEED_TAGS = 20_000
+BASELINE_LOOKUPS = 100
 
 
 def seed(url: str, tmp: Path, registrations: int) -> dict[str, Any]:
@@ -243,6 +245,16 @@ async def run_load(
         for rid in load.data["request_ids"][:5]:
             await http.get(f"/v1/requests/{rid}")
         await http.get(f"/v1/pairs/{load.data['pairs'][0]}")
+        # baseline, same machine, same moment: one client, look-ups one after another
+        rng = random.Random(-1)
+        baseline: list[float] = []
+        for _ in range(BASELINE_LOOKUPS):
+            op = rng.choice(LOOKUPS)
+            req = load.request_for(op, rng)
+            assert req is not None
+            t0 = time.perf_counter()
+            (await http.request(req[0], req[1], **req[2])).raise_for_status()
+            baseline.append(time.perf_counter() - t0)
         load1_before = os.getloadavg()[0]
         start = time.monotonic()
         deadline = start + duration
@@ -255,7 +267,7 @@ async def run_load(
         tasks = [load.client(http, deadline, i) for i in range(clients)]
         await asyncio.gather(sample(), *tasks)
         elapsed = time.monotonic() - start
-    return {"elapsed_s": elapsed, "rss": rss, "load1_before": load1_before,
+    return {"elapsed_s": elapsed, "rss": rss, "load1_before": load1_before, "baseline": baseline,
             "load1_after": os.getloadavg()[0]}  # fmt: skip
 
 
@@ -265,6 +277,12 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=30.0, help="Seconds of load.")
     ap.add_argument("--batch", type=int, default=100, help="Tags per ingest batch.")
     ap.add_argument("--postgres", default=PG_URL, help="Server to create the scratch DB on.")
+    ap.add_argument(
+        "--registrations",
+        type=int,
+        default=400,
+        help="Fresh model directories to register (each registered once).",
+    )
     ap.add_argument("--keep", action="store_true", help="Keep the scratch database.")
     args = ap.parse_args()
 
@@ -277,8 +295,8 @@ def main() -> int:
     home = tmp / "home"
     proc: subprocess.Popen[bytes] | None = None
     try:
-        registrations = int(args.duration * args.clients * 2)  # more than can be used
-        data = seed(url, tmp, min(registrations, 3000))
+        # 5% of operations; once the directories run out, registrations are skipped
+        data = seed(url, tmp, args.registrations)
         settings = Settings(home=home, database_url=url)
         initialise(settings)
         creds = read_credentials(settings.credentials_path)
@@ -341,6 +359,11 @@ def main() -> int:
         "operations": ops,
         "lookup_p50_ms": round(pct(lookup_lat, 0.50) * 1000, 1),
         "lookup_p99_ms": round(pct(lookup_lat, 0.99) * 1000, 1),
+        "baseline_1_client_lookup_p50_ms": round(pct(run["baseline"], 0.50) * 1000, 1),
+        "baseline_1_client_lookup_p99_ms": round(pct(run["baseline"], 0.99) * 1000, 1),
+        "lookup_p99_vs_1_client_p99": round(
+            pct(lookup_lat, 0.99) / max(pct(run["baseline"], 0.99), 1e-9), 1
+        ),
         "errors_5xx": five_xx,
         "transport_errors": sum(load.transport_errors.values()),
         "unexpected_errors": len(load.unexpected),

@@ -73,9 +73,10 @@ def main() -> None:
         if isinstance(exc, click.ClickException):
             exc.show()
             sys.exit(exc.exit_code)
-        from registry.outages import classify
+        from registry.outages import classify, data_paths
+        from registry.settings import get_settings
 
-        outage = classify(exc)
+        outage = classify(exc, where=data_paths(get_settings()))
         if outage is not None:  # a full disk, a lost database: the environment, not a bug
             error_line(f"{outage.title.lower()}: {outage.detail}")
             sys.exit(1)

@@ -10,7 +10,10 @@ failed this way stored nothing and can simply be sent again.
 from __future__ import annotations
 
 import errno
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
@@ -37,9 +40,26 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return seen
 
 
-def classify(exc: BaseException) -> Outage | None:
+def _full(path: Path) -> bool:
+    """True when the filesystem holding ``path`` (or its nearest existing parent) has no
+    space left for an unprivileged writer."""
+    for candidate in (path, *path.parents):
+        try:
+            st = os.statvfs(candidate)
+        except OSError:
+            continue
+        return st.f_bavail * st.f_frsize < 64 * 1024
+    return False
+
+
+def classify(exc: BaseException, where: Sequence[Path] = ()) -> Outage | None:
     """An :class:`Outage` when ``exc`` (or what caused it) is a full disk or a lost
-    database; None for anything else, which stays a server error."""
+    database; None for anything else, which stays a server error.
+
+    SQLite reports a full disk as "database or disk is full" only when the database file
+    cannot grow; when it cannot create its WAL or shared-memory file it says "disk I/O
+    error". ``where`` (the data directory) lets such an error be named for what it is when
+    that filesystem is in fact full."""
     for e in _chain(exc):
         text = str(e).splitlines()[0] if str(e) else type(e).__name__
         if isinstance(e, OSError) and e.errno in DISK_FULL_ERRNOS:
@@ -47,6 +67,11 @@ def classify(exc: BaseException) -> Outage | None:
             return Outage(507, "storage_full", "Insufficient storage", f"disk full{where}: {text}")
         if isinstance(e, DBAPIError) and any(t in text.lower() for t in _DISK_FULL_TEXT):
             return Outage(507, "storage_full", "Insufficient storage", f"database: {text}")
+        if isinstance(e, DBAPIError) and "disk i/o error" in text.lower():
+            full = [p for p in where if _full(Path(p))]
+            if full:
+                detail = f"disk full ({full[0]}): database: {text}"
+                return Outage(507, "storage_full", "Insufficient storage", detail)
     for e in _chain(exc):
         if isinstance(e, OperationalError | InterfaceError) or (
             isinstance(e, DBAPIError) and e.connection_invalidated
@@ -69,3 +94,13 @@ def is_transient(exc: BaseException) -> bool:
     if getattr(orig, "sqlstate", None) in TRANSIENT_SQLSTATES:
         return True
     return "database is locked" in str(orig)
+
+
+def data_paths(settings: object) -> list[Path]:
+    """Where the registry writes: the home, and the SQLite file's folder if elsewhere."""
+    home = getattr(settings, "home_dir", None)
+    paths = [home] if isinstance(home, Path) else []
+    url = str(getattr(settings, "db_url", ""))
+    if url.startswith("sqlite:///"):
+        paths.append(Path(url.removeprefix("sqlite:///")).parent)
+    return paths

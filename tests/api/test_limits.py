@@ -238,3 +238,35 @@ def test_real_server_refuses_huge_and_slow_requests(tmp_path: Path) -> None:
     finally:
         server.stop()
     assert "Traceback" not in server.log.read_text()
+
+
+def test_proxy_caps_bodies_too(tmp_path: Path) -> None:
+    """The OpenAI-compatible proxy forwards bodies whole: they are capped as well."""
+    from api.proxy import create_proxy_app
+
+    class NoRegistry:
+        def get_deployment(self, name: str) -> Any:
+            raise RuntimeError("no registry in this test")
+
+    class Tags:
+        stats: dict[str, int] = {}
+
+        def tag(self, *args: Any, **kwargs: Any) -> None:
+            raise AssertionError("nothing is served here")
+
+        def close(self) -> None:
+            pass
+
+    settings = Settings(home=tmp_path, max_results_body_bytes=4096)
+    app = create_proxy_app(
+        deployment="d",
+        upstream="http://127.0.0.1:9",
+        settings=settings,
+        spool_dir=tmp_path / "spool",
+        backend=NoRegistry(),
+        tagger=Tags(),
+    )
+    big = {"model": "d", "prompt": "x" * 5000}
+    _problem(_call(app, "POST", "/v1/completions", json=big), 413)
+    small = _call(app, "POST", "/v1/completions", json={"model": "d", "prompt": "hi"})
+    assert small.status_code == 502  # within the cap: forwarded (to an upstream that is down)

@@ -19,7 +19,6 @@ from registry.outages import is_transient
 from registry.refs import deployment_named
 from registry.services import deployments
 from registry.services.system import read_credentials
-from tests.api.conftest import sqlite_home  # noqa: F401 - re-exported pytest fixture
 
 
 class _Orig(Exception):
