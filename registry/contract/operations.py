@@ -33,6 +33,7 @@ from registry.services import (
     validation,
     watch,
 )
+from registry.source_paths import PathLimits, path_limits
 
 NF = (InvalidInput, NotFound)
 NFC = (InvalidInput, NotFound, Conflict)
@@ -45,6 +46,11 @@ def _signing_key(ctx: CallContext) -> str:
 
 def _hash_workers(ctx: CallContext) -> int | None:
     return ctx.settings.hash_workers
+
+
+def _confine(ctx: CallContext) -> PathLimits | None:
+    """Where a caller's local paths may point: the one place local and remote differ."""
+    return path_limits(ctx.settings, remote=ctx.remote)
 
 
 def _nothing_new(attr: str):  # -> Callable[[Any], bool]
@@ -63,7 +69,7 @@ OPERATIONS: tuple[Operation, ...] = (
         errors=NFC,
         status=201,
         unchanged=(_nothing_new("created"), 200, "Identical content existed"),
-        context={"hash_workers": _hash_workers},
+        context={"hash_workers": _hash_workers, "confine": _confine},
         examples=(
             {
                 "source": "hf://acme/chat-8b@main",
@@ -90,6 +96,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "Re-hash and compare with the manifest",
         "artifacts",
         errors=NF,
+        context={"confine": _confine},
     ),
     Operation(
         artifacts.get_artifact,
