@@ -88,6 +88,11 @@ def seed(root: Path, template: Path, hub: HubServer) -> Seeded:
     served = _validated(local, target="acme/hub@v1", k=3, method="prompt_lookup")
     local.create_deployment(name="hub", policy="loose")
     local.promote(ref=served, deployment="hub", reason="seed")
+    # Pairs on no deployment, for deprecate and retire to use up.
+    spare = [
+        local.register_pair(target="acme/t@v1", method="prompt_lookup", k=k).pair.pair_digest
+        for k in (2, 4, 5, 6)
+    ]
     # Running jobs leased to the fuzzer's worker (a third each to complete, fail and renew),
     # and one left queued.
     running = []
@@ -96,8 +101,11 @@ def seed(root: Path, template: Path, hub: HubServer) -> Seeded:
     for _ in range(JOBS):
         running.append(local.claim_job(worker=WORKER, lease_seconds=3600).id)
     # Open integrity flags on artifacts no promotable pair uses (a flag blocks promotion).
-    local.verify_artifact(ref="acme/h@v1", path=str(models["d_changed"]))
-    local.verify_artifact(ref="acme/t@v2", path=str(models["t1"]))
+    # Routes are tried most literal path first, so resolve runs before ack: each gets its own.
+    opened = [
+        local.verify_artifact(ref=ref, path=str(models["d_changed"])).artifact_id
+        for ref in ("acme/h@v1", "acme/t@v2", "acme/hub@v1")
+    ]
     secrets = {"admin": (read_credentials(settings.credentials_path) or {})["token"]}
     for role in OTHERS:
         secrets[role] = local.create_token(name=f"fuzz-{role}", role=role).secret
@@ -126,6 +134,10 @@ def seed(root: Path, template: Path, hub: HubServer) -> Seeded:
     }
     values["promotable"] = [str(a.id), c]
     values["running"] = running
+    values["spare_pairs"] = spare
+    open_flags = [f.id for f in local.list_flags(state="open", limit=500).items]
+    assert len(open_flags) == len(opened), open_flags
+    values["flags_ack"], values["flags_resolve"] = open_flags[:2], open_flags[2:]
     measure = {
         "pair": a.pair_digest, "suite_name": "default", "suite_digest": "ef" * 32,
         "settings": measurement_settings(a.config, {}), "runner_version": "9.9", "result": RESULT,
@@ -176,7 +188,9 @@ BINDINGS: dict[tuple[str, ...], dict[str, str]] = {
         "path.id": "jobs",
         "body.worker": "workers",
     },
-    ("get_flag", "ack_flag", "resolve_flag"): {"path.id": "flags"},
+    ("get_flag",): {"path.id": "flags"},
+    ("ack_flag",): {"path.id": "flags_ack"},
+    ("resolve_flag",): {"path.id": "flags_resolve"},
     ("check_drift",): {
         "body.candidate": "pairs",
         "body.baseline_measurement": "measurements",
@@ -371,8 +385,12 @@ def _steer_rollback(case: schemathesis.Case, seeded: Seeded, turn: int) -> None:
         body.pop("expect_version", None)
 
 
+def _steer_spare_pair(case: schemathesis.Case, seeded: Seeded, turn: int) -> None:
+    case.path_parameters = {"ref": _pick(seeded.values["spare_pairs"], turn)}
+
+
 def _steer_flag(case: schemathesis.Case, seeded: Seeded, turn: int) -> None:
-    case.path_parameters = {"id": _pick(seeded.values["flags"][1:], turn)}  # the open ones
+    case.path_parameters = {"id": _pick(seeded.values["flags_ack"], turn)}
 
 
 def _steer_export(case: schemathesis.Case, seeded: Seeded, turn: int) -> None:
@@ -393,6 +411,8 @@ STEERS = {
     "promote": _steer_promote,
     "rollback": _steer_rollback,
     "ack_flag": _steer_flag,
+    "deprecate_pair": _steer_spare_pair,
+    "retire_pair": _steer_spare_pair,
     "export_serving": _steer_export,
 }
 
