@@ -389,6 +389,12 @@ def _steer_spare_pair(case: schemathesis.Case, seeded: Seeded, turn: int) -> Non
     case.path_parameters = {"ref": _pick(seeded.values["spare_pairs"], turn)}
 
 
+def _steer_verify(case: schemathesis.Case, seeded: Seeded, turn: int) -> None:
+    case.path_parameters = {"ref": _pick(["acme/t@v1", "acme/d@v1", "acme/t@v2"], turn)}
+    if (body := _body(case)) is not None:
+        body.pop("path", None)  # its own recorded copy
+
+
 def _steer_flag(case: schemathesis.Case, seeded: Seeded, turn: int) -> None:
     case.path_parameters = {"id": _pick(seeded.values["flags_ack"], turn)}
 
@@ -411,6 +417,7 @@ STEERS = {
     "promote": _steer_promote,
     "rollback": _steer_rollback,
     "ack_flag": _steer_flag,
+    "verify_artifact": _steer_verify,
     "deprecate_pair": _steer_spare_pair,
     "retire_pair": _steer_spare_pair,
     "export_serving": _steer_export,
