@@ -53,3 +53,23 @@ def test_fail_job_refuses_a_non_boolean_ok_in_integrity(api: ApiEnv, tmp_path: P
     resp = api.client.post(f"/v1/jobs/{job.id}/fail", json=body, headers=api.auth())
     assert resp.status_code == 200, resp.text
     assert resp.json()["attempts"] == 1
+
+
+def test_a_time_with_no_utc_form_is_a_422_not_a_500(api: ApiEnv) -> None:
+    """``0001-01-01T00:00:00+00:01`` is in year 0 once converted to UTC: the conversion on
+    the way to the database overflowed (a 500). Every timestamp parameter now refuses it."""
+    h = api.auth()
+    resp = api.client.post("/v1/deployments", json={"name": "prod"}, headers=h)
+    assert resp.status_code == 201, resp.text
+    early = "0001-01-01T00:00:00+00:01"
+    for url, params, field in (
+        ("/v1/deployments/prod/at", {"time": early}, "time"),
+        ("/v1/audit/events", {"since": early}, "since"),
+        ("/v1/requests", {"until": early}, "until"),
+    ):
+        resp = api.client.get(url, params=params, headers=h)
+        assert resp.status_code == 422, (url, resp.text)
+        assert resp.json()["field"] == field and "out of range" in resp.json()["detail"]
+    day_one = {"time": "0001-01-02T00:00:00Z"}
+    ok = api.client.get("/v1/deployments/prod/at", params=day_one, headers=h)
+    assert ok.status_code == 200 and ok.json() is None
