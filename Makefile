@@ -6,7 +6,7 @@ PORT ?= 8000
 HOST ?= 127.0.0.1
 PYTEST_ARGS ?=
 
-.PHONY: run test venv lint bench-hash bench-runner bench-ingest bench-tlog bench-load demo clean
+.PHONY: run test venv lint fuzz bench-hash bench-runner bench-ingest bench-tlog bench-load demo clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,13 @@ lint: venv
 	$(BIN)/lint-imports
 	$(BIN)/python -m registry.contract.generate --check
 	$(BIN)/mypy
+
+## A longer, random and deeper fuzz of the API than the suite's (the coverage phase on, more
+## cases per operation); prints operations reached with a 2xx, cases generated, failures.
+FUZZ_EXAMPLES ?= 50
+fuzz: venv
+	PAIRREG_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) PAIRREG_FUZZ_RANDOM=1 PAIRREG_FUZZ_DEEP=1 \
+		$(BIN)/pytest -q -s -p no:cacheprovider tests/api/test_fuzz.py
 
 bench-hash: venv
 	$(BIN)/python bench/hash_bench.py

@@ -7,7 +7,7 @@ from typing import cast
 
 import typer
 
-from cli.backend import get_backend
+from cli.backend import get_backend, user_path
 from cli.render import console, kv, print_json, short, table
 from registry.errors import InvalidInput
 from registry.records import ArtifactRecord, Provenance, Role, SignatureIn
@@ -118,7 +118,7 @@ def add(
         )
     with console.status("hashing…"):
         result = get_backend().add_artifact(
-            source=source, name=name, role=cast(Role, role), provenance=provenance,
+            source=user_path(source), name=name, role=cast(Role, role), provenance=provenance,
             signature=sig, policy=policy,
         )  # fmt: skip
     if json_out:
@@ -192,7 +192,7 @@ def verify(
     json_out: bool = JSON,
 ) -> None:
     """Re-hash files against the manifest; exit 1 on any difference."""
-    report = get_backend().verify_artifact(ref=ref, path=str(path) if path else None)
+    report = get_backend().verify_artifact(ref=ref, path=user_path(str(path)) if path else None)
     if json_out:
         print_json(report)
     else:

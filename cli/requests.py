@@ -254,7 +254,9 @@ def requests_archived(
     json_out: bool = JSON,
 ) -> None:
     """Reconstruct an archived request from its archive (verifying the archive first)."""
-    r = get_backend().get_archived_request(directory=str(directory), request_id=request_id)
+    r = get_backend().get_archived_request(
+        directory=str(directory.expanduser()), request_id=request_id
+    )
     if json_out:
         print_json(r)
     else:

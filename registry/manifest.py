@@ -63,6 +63,10 @@ class ManifestError(Exception):
         self.path = None if path is None else str(path)
 
 
+class ManifestTooLarge(ManifestError):
+    """A directory holds more files or bytes than the caller allows; nothing was hashed."""
+
+
 @dataclass(frozen=True)
 class FileHash:
     """Digests of one file's content. ``git_sha1`` is the git blob id, computed only on request
@@ -129,12 +133,15 @@ def _within(target: str, root: str) -> bool:
     return target == root or target.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def list_files(root: Path, symlink_root: Path) -> list[tuple[str, str]]:
+def list_files(
+    root: Path, symlink_root: Path, *, max_files: int | None = None
+) -> list[tuple[str, str]]:
     """Return ``(relative posix path, real file path)`` for every file to hash.
 
     Walks with ``os.scandir`` rather than ``os.walk`` so symlinks are seen (and checked) one
     by one; symlinked directories inside the allowed root are descended, guarding cycles by
-    the chain of real ancestor directories.
+    the chain of real ancestor directories. With ``max_files``, the walk stops as soon as
+    one file more is found (:class:`ManifestTooLarge`), so a huge tree is not listed whole.
     """
     real_root = os.path.realpath(root)
     allowed = os.path.realpath(symlink_root)
@@ -172,6 +179,7 @@ def list_files(root: Path, symlink_root: Path) -> list[tuple[str, str]]:
                         stack.append((entry.path, rel + "/", chain + (target,)))
                     elif os.path.isfile(target):
                         found.append((rel, target))
+                        _check_count(found, max_files, root)
                     elif not os.path.exists(target):
                         raise ManifestError(
                             f"symlink {rel!r} is dangling (to {target})", path=entry.path
@@ -184,6 +192,7 @@ def list_files(root: Path, symlink_root: Path) -> list[tuple[str, str]]:
                     stack.append((entry.path, rel + "/", chain + (os.path.realpath(entry.path),)))
                 elif entry.is_file(follow_symlinks=False):
                     found.append((rel, entry.path))
+                    _check_count(found, max_files, root)
                 else:
                     raise ManifestError(
                         f"{rel!r} is not a regular file (FIFO, socket or device)", path=entry.path
@@ -193,6 +202,21 @@ def list_files(root: Path, symlink_root: Path) -> list[tuple[str, str]]:
                     f"cannot inspect {entry.path}: {exc.strerror or exc}", path=entry.path
                 ) from exc
     return found
+
+
+def _check_count(found: list[tuple[str, str]], max_files: int | None, root: Path) -> None:
+    if max_files is not None and len(found) > max_files:
+        raise ManifestTooLarge(f"{root} holds more than {max_files} files", path=root)
+
+
+def _check_bytes(files: list[tuple[str, str]], max_bytes: int | None, root: Path) -> None:
+    if max_bytes is None:
+        return
+    total = sum(_size_or_zero(real) for _, real in files)
+    if total > max_bytes:
+        raise ManifestTooLarge(
+            f"{root} holds {total} bytes, more than the {max_bytes} allowed", path=root
+        )
 
 
 def _normalise_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -306,20 +330,26 @@ def build_manifest(
     workers: int | None = None,
     *,
     symlink_root: str | os.PathLike[str] | None = None,
+    max_files: int | None = None,
+    max_bytes: int | None = None,
 ) -> Manifest:
     """Hash every file under ``directory`` (rules in the module docstring).
 
     ``workers`` threads hash files in parallel (default: one per core; ``1`` is serial and
     gives the identical result). ``symlink_root`` widens where symlinks may point, e.g. the
     ``models--org--name`` folder when hashing a Hub cache snapshot whose files link into
-    ``blobs/``.
+    ``blobs/``. ``max_files`` and ``max_bytes`` refuse (:class:`ManifestTooLarge`) a tree
+    beyond them before a single byte is hashed.
     """
     root = Path(directory)
     if not root.exists():
         raise ManifestError(f"{root} does not exist", path=root)
     if not root.is_dir():
         raise ManifestError(f"{root} is not a directory", path=root)
-    files = list_files(root, Path(symlink_root) if symlink_root is not None else root)
+    files = list_files(
+        root, Path(symlink_root) if symlink_root is not None else root, max_files=max_files
+    )
+    _check_bytes(files, max_bytes, root)
     n_workers = default_workers() if workers is None else max(1, int(workers))
 
     def one(item: tuple[str, str]) -> dict[str, Any]:

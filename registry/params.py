@@ -9,9 +9,10 @@ modes and documented the same way in the OpenAPI schema.
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import Annotated
 
-from pydantic import AwareDatetime, BeforeValidator, Field
+from pydantic import AfterValidator, AwareDatetime, BeforeValidator, Field
 
 MAX_LIMIT = 500
 
@@ -27,6 +28,16 @@ def iso_text_only(value: object) -> object:
     return value
 
 
+def utc_representable(value: datetime) -> datetime:
+    """Refuse an aware time that has no UTC form (``0001-01-01T00:00+00:01`` falls in year 0
+    once converted): the database stores UTC, and the conversion would overflow there."""
+    try:
+        value.astimezone(UTC)
+    except OverflowError as exc:
+        raise ValueError("date-time is out of range once converted to UTC") from exc
+    return value
+
+
 Cursor = Annotated[
     str | None,
     Field(
@@ -39,6 +50,7 @@ Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT, description="Page size.")]
 Timestamp = Annotated[
     AwareDatetime,
     BeforeValidator(iso_text_only),
+    AfterValidator(utc_representable),
     Field(description="ISO-8601 date-time with a timezone, e.g. 2025-01-31T12:00:00Z."),
 ]
 Reason = Annotated[str, Field(min_length=1, max_length=2000, description="Why (recorded).")]

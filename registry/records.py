@@ -158,6 +158,12 @@ class ArtifactAddResult(BaseModel):
 
 
 class VerifyReport(BaseModel):
+    """What re-hashing an artifact's files found. Strict: a worker hands it back in
+    ``fail_job``, and ``"ok": 0`` is not a boolean (nested models do not inherit the body's
+    strictness)."""
+
+    model_config = ConfigDict(strict=True)
+
     artifact_id: int
     manifest_digest: str
     path: str

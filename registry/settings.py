@@ -6,6 +6,7 @@ Every path the registry touches hangs off ``PAIRREG_HOME`` so that the embedded 
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -51,6 +52,18 @@ class Settings(BaseSettings):
     header_timeout: float = Field(
         default=10.0, gt=0, description="Seconds a request's headers may take (then closed)."
     )
+    artifact_roots: str | None = Field(
+        default=None,
+        description="Directories (separated by the OS path separator, ':' on POSIX) under "
+        "which a remote client may name local sources; $PAIRREG_HOME/models by default. "
+        "The embedded CLI, acting as the local user, is not confined.",
+    )
+    max_source_files: int = Field(
+        default=10_000, ge=1, description="Most files a remote client's local source may hold."
+    )
+    max_source_bytes: int = Field(
+        default=1 << 40, ge=1, description="Most bytes a remote client's local source may hold."
+    )
     log_origin: str | None = Field(
         default=None,
         description="Origin line (and key name) of the audit log's C2SP checkpoints; "
@@ -65,6 +78,14 @@ class Settings(BaseSettings):
     @property
     def home_dir(self) -> Path:
         return self.home.expanduser()
+
+    @property
+    def artifact_root_dirs(self) -> tuple[Path, ...]:
+        """The configured artifact roots (operator configuration, so ``~`` is expanded)."""
+        if not self.artifact_roots:
+            return (self.home_dir / "models",)
+        parts = [p for p in self.artifact_roots.split(os.pathsep) if p.strip()]
+        return tuple(Path(p.strip()).expanduser() for p in parts)
 
     @property
     def db_url(self) -> str:

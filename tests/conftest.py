@@ -59,6 +59,24 @@ def _drop_pg_database(conn, name: str) -> None:  # type: ignore[no-untyped-def]
     conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def artifact_roots(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Let a test's own server read the models the tests write (under pytest's temp
+    directory and the tiny-pair cache): a remote client is confined to the artifact roots,
+    ``$PAIRREG_HOME/models`` by default. Servers started in subprocesses inherit it; tests
+    of the confinement itself set their own roots."""
+    roots = os.pathsep.join([str(tmp_path_factory.getbasetemp()), str(TEST_CACHE)])
+    previous = os.environ.get("PAIRREG_ARTIFACT_ROOTS")
+    os.environ["PAIRREG_ARTIFACT_ROOTS"] = roots
+    reset_settings()
+    yield roots
+    if previous is None:
+        os.environ.pop("PAIRREG_ARTIFACT_ROOTS", None)
+    else:
+        os.environ["PAIRREG_ARTIFACT_ROOTS"] = previous
+    reset_settings()
+
+
 @pytest.fixture(scope="session")
 def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("sqlite-template") / "template.db"

@@ -27,6 +27,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -410,17 +411,14 @@ class HubServer:
         self.stop()
 
 
-@pytest.fixture
-def hub_server(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[HubServer]:
-    """A fresh loopback Hub per test, with ``HF_ENDPOINT`` pointing at it and an empty temporary
+@contextmanager
+def loopback_hub(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubServer]:
+    """A loopback Hub with ``HF_ENDPOINT`` pointing at it and ``home`` as an empty
     ``HF_HOME`` (so the real client builds a real cache layout), offline mode off, no token.
     ``huggingface_hub.constants`` captured the environment at import, so pass
     ``endpoint=server.endpoint`` and ``cache_dir=$HF_HOME/hub`` explicitly as well."""
     from huggingface_hub import constants
 
-    home = tmp_path_factory.mktemp("hf_home")
     monkeypatch.setenv("HF_HOME", str(home))
     monkeypatch.setenv("HF_HUB_CACHE", str(home / "hub"))
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
@@ -434,4 +432,13 @@ def hub_server(
         monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
         server.hf_home = home
         server.cache_dir = home / "hub"
+        yield server
+
+
+@pytest.fixture
+def hub_server(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[HubServer]:
+    """A fresh loopback Hub per test (see :func:`loopback_hub`)."""
+    with loopback_hub(tmp_path_factory.mktemp("hf_home"), monkeypatch) as server:
         yield server

@@ -8,7 +8,7 @@ a type checker sees any call that no longer matches an operation.
 
 from __future__ import annotations
 
-from datetime import date, datetime
+from datetime import date
 from typing import Any, Literal, Protocol
 
 from registry.methods import Method
@@ -327,7 +327,7 @@ class Backend(Protocol):
         """A deployment, its live pair and full history."""
         ...
 
-    def deployment_at(self, *, name: str, at: datetime) -> DeploymentEventRecord | None:
+    def deployment_at(self, *, name: str, at: Timestamp) -> DeploymentEventRecord | None:
         """The move in force at a time (which pair served then)."""
         ...
 

@@ -35,6 +35,7 @@ from registry.services import (
     validation,
     watch,
 )
+from registry.source_paths import PathLimits, path_limits
 
 NF = (InvalidInput, NotFound)
 NFC = (InvalidInput, NotFound, Conflict)
@@ -55,6 +56,11 @@ def _mlflow_ui(ctx: CallContext) -> str | None:
     return uri.rstrip("/") if uri.startswith(("http://", "https://")) else None
 
 
+def _confine(ctx: CallContext) -> PathLimits | None:
+    """Where a caller's local paths may point: the one place local and remote differ."""
+    return path_limits(ctx.settings, remote=ctx.remote)
+
+
 def _nothing_new(attr: str):  # -> Callable[[Any], bool]
     return lambda result: not getattr(result, attr)
 
@@ -71,7 +77,7 @@ OPERATIONS: tuple[Operation, ...] = (
         errors=NFC,
         status=201,
         unchanged=(_nothing_new("created"), 200, "Identical content existed"),
-        context={"hash_workers": _hash_workers},
+        context={"hash_workers": _hash_workers, "confine": _confine},
         examples=(
             {
                 "source": "hf://acme/chat-8b@main",
@@ -98,6 +104,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "Re-hash and compare with the manifest",
         "artifacts",
         errors=NF,
+        context={"confine": _confine},
     ),
     Operation(
         artifacts.get_artifact,

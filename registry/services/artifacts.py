@@ -42,6 +42,7 @@ from registry.records import (
 from registry.refs import resolve_artifact
 from registry.services.base import operation, page_query
 from registry.settings import get_settings
+from registry.source_paths import PathLimits, local_directory, local_file, resolve_literal
 from registry.tokenizer_digest import TokenizerDigestError, tokenizer_files_digest, vocab_digest
 
 ROLES = ("target", "draft", "heads")
@@ -62,7 +63,7 @@ class _Content:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _hash_source(source: str, workers: int | None) -> _Content:
+def _hash_source(source: str, workers: int | None, confine: PathLimits | None) -> _Content:
     if source.startswith("hf://"):
         try:
             resolved = hub.resolve(source, workers=workers)
@@ -87,19 +88,21 @@ def _hash_source(source: str, workers: int | None) -> _Content:
             f"source {source!r}: only local directories and hf://org/repo[@revision] are supported",
             field="source",
         )
-    path = Path(source).expanduser()
-    if not path.exists():
-        raise InvalidInput(f"source path {source} does not exist", field="source")
-    if not path.is_dir():
-        raise InvalidInput(f"source path {source} is not a directory", field="source")
+    path = local_directory(source, field="source", limits=confine)
     try:
-        manifest = build_manifest(path, workers)
+        manifest = build_manifest(path, workers, **_limits(confine))
     except ManifestError as exc:
         raise InvalidInput(f"source: {exc}", field="source") from exc
     if manifest.file_count == 0:
         raise InvalidInput(f"source path {source} contains no files", field="source")
-    resolved_path = str(path.resolve())
-    return _Content(resolved_path, "local", manifest, resolved_path, content_dir=path.resolve())
+    return _Content(str(path), "local", manifest, str(path), content_dir=path)
+
+
+def _limits(confine: PathLimits | None) -> dict[str, int]:
+    """``build_manifest``'s size limits for a confined (remote) caller; none for the local user."""
+    if confine is None:
+        return {}
+    return {"max_files": confine.max_files, "max_bytes": confine.max_bytes}
 
 
 class HubUnavailable(PairregError):
@@ -214,21 +217,24 @@ def add_artifact(
     hash_workers: int | None = None,
     signature: SignatureIn | None = None,
     policy: str | None = None,
+    confine: PathLimits | None = None,
 ) -> ArtifactAddResult:
     """Register a directory or Hub revision; identical content returns the existing record.
 
     With ``signature``, an OpenSSF model signature over the files is verified first and
     recorded (refused: a digest that does not match, an unsigned extra file, a bad key or
-    chain). With ``policy``, that policy's signature rules apply here already.
+    chain). With ``policy``, that policy's signature rules apply here already. A local
+    ``source`` is taken literally (no ``~``); ``confine`` (filled by the edge for a remote
+    caller) keeps it, and the signature file, under the server's artifact roots.
     """
     name = _check_name(name)
     if role not in ROLES:
         raise InvalidInput(f"role must be one of {', '.join(ROLES)}", field="role")
     if hash_workers is None:
         hash_workers = get_settings().hash_workers
-    content = _hash_source(source, hash_workers)
+    content = _hash_source(source, hash_workers, confine)
     described = _describe(content)
-    checked = _verify_signature(content, signature) if signature is not None else None
+    checked = _verify_signature(content, signature, confine) if signature is not None else None
 
     lock_writes(session)
     if policy is not None:
@@ -330,7 +336,9 @@ def add_artifact(
 TARGET_CHANGE_LISTENERS: list[Any] = []
 
 
-def _verify_signature(content: _Content, signature: SignatureIn) -> model_signature.SignatureCheck:
+def _verify_signature(
+    content: _Content, signature: SignatureIn, confine: PathLimits | None
+) -> model_signature.SignatureCheck:
     """Check the signature against the hashed files before anything is written."""
     if content.content_dir is None:
         raise InvalidInput(
@@ -338,11 +346,11 @@ def _verify_signature(content: _Content, signature: SignatureIn) -> model_signat
             field="signature",
         )
     if signature.path:
-        sig_path = Path(signature.path).expanduser()
+        sig_path = local_file(signature.path, field="signature", limits=confine)
     else:
         sig_path = content.content_dir / model_signature.DEFAULT_NAME
-    if not sig_path.is_file():
-        raise InvalidInput(f"signature: no signature file at {sig_path}", field="signature")
+        if not sig_path.is_file():
+            raise InvalidInput(f"signature: no signature file at {sig_path}", field="signature")
     try:
         return model_signature.verify(
             content.content_dir,
@@ -470,20 +478,33 @@ def verify_artifact(
         str | None, Field(description="Directory to check; default its source.")
     ] = None,
     actor: str = "system",
+    confine: PathLimits | None = None,
 ) -> VerifyReport:
-    """Re-hash the artifact's files (its local path, or ``path``) against the manifest."""
+    """Re-hash the artifact's files (its local path, or ``path``) against the manifest.
+
+    A ``path`` the caller names is taken literally and, for a remote caller (``confine``,
+    filled by the edge), must lie under the server's artifact roots; the artifact's own
+    recorded path is the registry's, not the caller's, and is not confined.
+    """
     art = resolve_artifact(session, ref)
     where = path or art.local_path
     if not where:
         raise InvalidInput(
             f"artifact {art.lineage}@v{art.version} has no local copy: pass --path", field="path"
         )
-    directory = Path(where).expanduser()
+    named = confine if path else None
+    directory = resolve_literal(where, field="path", limits=named)
     if not directory.is_dir():
         raise InvalidInput(f"path {where} is not a directory", field="path")
+    symlink_root: Path | None = hub_snapshot_root(directory)
+    if named is not None and symlink_root is not None:
+        symlink_root = named.symlink_root(symlink_root)
     try:
         actual = build_manifest(
-            directory, get_settings().hash_workers, symlink_root=hub_snapshot_root(directory)
+            directory,
+            get_settings().hash_workers,
+            symlink_root=symlink_root,
+            **_limits(named),
         )
     except ManifestError as exc:
         raise InvalidInput(f"path: {exc}", field="path") from exc

@@ -23,7 +23,15 @@ from registry import lifecycle
 from registry.audit import append_event, lock_writes
 from registry.errors import Conflict, InvalidInput, NotFound
 from registry.models import Deployment, DeploymentEvent, Measurement, Pair, Validation, utcnow
-from registry.params import Cursor, DeploymentName, ExpectVersion, Limit, PolicyName, Reason
+from registry.params import (
+    Cursor,
+    DeploymentName,
+    ExpectVersion,
+    Limit,
+    PolicyName,
+    Reason,
+    Timestamp,
+)
 from registry.policy import measurement_settings, settings_digest
 from registry.records import Page
 from registry.records_governance import (
@@ -185,7 +193,7 @@ def list_deployments(
 
 
 @operation
-def deployment_at(session: Session, *, name: str, at: datetime) -> DeploymentEventRecord | None:
+def deployment_at(session: Session, *, name: str, at: Timestamp) -> DeploymentEventRecord | None:
     """The move that was in force on ``name`` at ``at`` (None before the first one)."""
     dep = resolve_deployment(session, name)
     if at.tzinfo is None:

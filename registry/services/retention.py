@@ -219,7 +219,7 @@ def archive_requests(
     cutoff = datetime.combine(before, time(), UTC)
     if purge:
         check_past_retention(session, cutoff)
-    out = Path(directory).expanduser()
+    out = Path(directory)
     if out.exists() and any(out.iterdir()):
         raise InvalidInput(f"directory {out} is not empty", field="directory")
     out.mkdir(parents=True, exist_ok=True)
@@ -371,7 +371,7 @@ def get_archived_request(
     pair that served it as the registry still records it."""
     from registry.services.requests import pair_with_manifests
 
-    out = Path(directory).expanduser()
+    out = Path(directory)
     try:
         found = request_archive.find_request(out, request_id, trusted_log_key=trusted_key)
     except KeyError as exc:
