@@ -66,7 +66,11 @@ def load_tokenizer(path: str | os.PathLike[str]):
 
 
 def eos_ids(model, tokenizer=None) -> set[int]:
-    """All EOS ids the model's generation config or tokenizer declares."""
+    """Every id generation stops at: the generation config's and model config's EOS ids,
+    the tokenizer's EOS and the chat template's end-of-turn token (ChatML's
+    ``<|im_end|>``), as a chat server stops at any of them."""
+    from runner.render import end_of_turn_ids
+
     ids: set[int] = set()
     gc = getattr(model, "generation_config", None)
     for src in (getattr(gc, "eos_token_id", None), getattr(model.config, "eos_token_id", None)):
@@ -74,9 +78,12 @@ def eos_ids(model, tokenizer=None) -> set[int]:
             ids.add(src)
         elif isinstance(src, list | tuple):
             ids.update(int(x) for x in src)
-    if not ids and tokenizer is not None and tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    return ids
+    if tokenizer is not None:
+        if tokenizer.eos_token_id is not None:
+            ids.add(int(tokenizer.eos_token_id))
+        ids |= end_of_turn_ids(tokenizer)
+    vocab = getattr(model.config, "vocab_size", None)
+    return {i for i in ids if vocab is None or 0 <= i < vocab}
 
 
 class CachedLM:
