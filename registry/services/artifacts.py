@@ -15,7 +15,7 @@ from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry import hub, model_facts, model_signature
+from registry import hub, model_facts, model_signature, tokenizer_compat
 from registry.audit import append_event, lock_writes
 from registry.errors import Conflict, InvalidInput, NotFound, PairregError
 from registry.manifest import (
@@ -156,6 +156,9 @@ def _describe(content: _Content) -> dict[str, Any]:
     except model_facts.ModelFactsError as exc:
         raise InvalidInput(f"source: {exc}", field="source") from exc
     out["facts"] = facts.to_dict()
+    if vocab is not None:
+        # token→id blocks, special tokens and chat template: what pair checks compare
+        out["facts"]["tokenizer"] = tokenizer_compat.profile(content.content_dir)
     return out
 
 
