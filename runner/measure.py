@@ -101,7 +101,7 @@ def measure_pair(
     ``progress(done, total)`` after each prompt.
     """
     s = settings
-    check_renderable(load_tokenizer(target_dir), prompts)  # before loading any weights
+    check_renderable(load_tokenizer(target_dir, s.trust_remote_code), prompts)  # no weights yet
     built = build_engine(s, target_dir, drafter_dir)
     engine, tokenizer, generator, k = built.engine, built.tokenizer, built.generator, built.k
     rows: list[dict[str, Any]] = []

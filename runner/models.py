@@ -50,19 +50,44 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
         raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(_DTYPES)}") from None
 
 
+def _remote_code_error(path: str | os.PathLike[str], exc: Exception) -> ValueError:
+    return ValueError(
+        f"{Path(path).name}: the model's code is not in transformers (config.json auto_map); "
+        "it runs only when the policy names its lineage in [runner] trust_remote_code "
+        f"({str(exc).splitlines()[0][:160]})"
+    )
+
+
 def load_causal_lm(
-    path: str | os.PathLike[str], device: torch.device | str = "cpu", dtype: Any = "float32"
+    path: str | os.PathLike[str],
+    device: torch.device | str = "cpu",
+    dtype: Any = "float32",
+    trust_remote_code: bool = False,
 ):
-    """Load a local causal LM directory for inference (eval mode, no grad needed)."""
+    """Load a local causal LM directory for inference (eval mode, no grad needed): one
+    file or sharded safetensors (``model.safetensors.index.json``), in ``dtype``. Code
+    shipped with the checkpoint runs only with ``trust_remote_code``."""
     dev = resolve_device(device) if isinstance(device, str) else device
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=resolve_dtype(dtype))
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path), dtype=resolve_dtype(dtype), trust_remote_code=trust_remote_code
+        )
+    except ValueError as exc:
+        if "trust_remote_code" in str(exc):
+            raise _remote_code_error(path, exc) from exc
+        raise
     model.to(dev)
     model.eval()
     return model
 
 
-def load_tokenizer(path: str | os.PathLike[str]):
-    return AutoTokenizer.from_pretrained(str(path))
+def load_tokenizer(path: str | os.PathLike[str], trust_remote_code: bool = False):
+    try:
+        return AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+    except ValueError as exc:
+        if "trust_remote_code" in str(exc):
+            raise _remote_code_error(path, exc) from exc
+        raise
 
 
 def eos_ids(model, tokenizer=None) -> set[int]:

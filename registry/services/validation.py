@@ -32,7 +32,12 @@ from registry.errors import InvalidInput, NotFound
 from registry.model_signature import signer_refusal
 from registry.models import Deployment, DriftFlag, Job, Measurement, Pair, Policy, Validation
 from registry.params import Cursor, Id, Limit
-from registry.policy import applicable_policy_name, category_floor, measurement_settings
+from registry.policy import (
+    applicable_policy_name,
+    category_floor,
+    measurement_settings,
+    remote_code_parts,
+)
 from registry.records import Page, from_row
 from registry.records_governance import GateResult, ValidateResult, ValidationRecord
 from registry.refs import resolve_deployment, resolve_pair
@@ -138,6 +143,19 @@ def baseline_measurement(
     if val is None or val.measurement_id is None:
         return None
     return session.get(Measurement, val.measurement_id)
+
+
+def policy_settings(pair: Pair, pol: Policy) -> dict[str, Any]:
+    """The runner settings ``pair`` is measured with under ``pol``; refuses a part whose
+    model code is not in transformers unless the policy names it."""
+    parts = [("target", pair.target.lineage, pair.target.facts)]
+    if pair.drafter is not None:
+        parts.append(("drafter", pair.drafter.lineage, pair.drafter.facts))
+    refused, needed = remote_code_parts(pol.parsed, parts)
+    if refused:
+        raise InvalidInput("; ".join(refused), field="policy")
+    overrides = {"trust_remote_code": True} if needed else None
+    return measurement_settings(pair.config, pol.parsed["suite"], overrides=overrides)
 
 
 def evaluate_gates(
@@ -393,7 +411,7 @@ def validate_pair(
             f"deployment {dep.name} enforces policy {dep.policy_name}, not {pol.name}",
             field="policy",
         )
-    settings = measurement_settings(pair.config, pol.parsed["suite"])
+    settings = policy_settings(pair, pol)
     versions = (
         [runner_version]
         if runner_version
