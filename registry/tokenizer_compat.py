@@ -196,13 +196,13 @@ def first_difference(target: dict[str, int], draft: dict[str, int], shared: int)
         if did != tid:
             where = f"id {did}" if did is not None else "no id"
             return (
-                f"tokenizer mismatch: token {token!r} is id {tid} in the target but {where} "
+                f"vocabulary mismatch: token {token!r} is id {tid} in the target but {where} "
                 "in the draft"
             )
     target_ids = set(target.values())
     for did in sorted(i for i in draft_inverse if i < shared and i not in target_ids):
         return (
-            f"tokenizer mismatch: token {draft_inverse[did]!r} is id {did} in the draft but "
+            f"vocabulary mismatch: token {draft_inverse[did]!r} is id {did} in the draft but "
             "has no id in the target"
         )
     return None
@@ -238,7 +238,7 @@ def compare_profiles(
             if maps is None:
                 lo, hi = differs * BLOCK, min((differs + 1) * BLOCK, tv) - 1
                 out.errors.append(
-                    f"tokenizer mismatch: the token→id maps differ at ids {lo}–{hi} (the "
+                    f"vocabulary mismatch: the token→id maps differ at ids {lo}–{hi} (the "
                     "tokenizer files are not on this machine to name the token)"
                 )
             elif line is not None:

@@ -34,7 +34,8 @@ def test_a_moved_token_is_named_with_both_ids():
     draft["t1500"], draft["t2500"] = 2500, 1500
     [err] = compare_maps(BASE, draft, 3000, 3000).errors
     assert (
-        err == "tokenizer mismatch: token 't1500' is id 1500 in the target but id 2500 in the draft"
+        err
+        == "vocabulary mismatch: token 't1500' is id 1500 in the target but id 2500 in the draft"
     )
     extra = {**{k: v for k, v in BASE.items() if k != "t7"}, "zz": 7}
     assert "'t7' is id 7 in the target but no id" in compare_maps(BASE, extra, 3000, 3000).errors[0]
@@ -47,12 +48,12 @@ def test_profiles_locate_the_block_and_name_the_token_when_files_are_at_hand(tmp
     assert tp is not None and dp is not None and tp["blocks"] != dp["blocks"]
     assert compare_profiles(tp, dict(tp)).errors == []
     [err] = compare_profiles(tp, dp, VOCAB, VOCAB).errors
-    assert err.startswith("tokenizer mismatch: the token→id maps differ at ids 0–258")
+    assert err.startswith("vocabulary mismatch: the token→id maps differ at ids 0–258")
     from registry.tokenizer_digest import load_vocab
 
     maps = (load_vocab(t)[0], load_vocab(d)[0])
     [named] = compare_profiles(tp, dp, VOCAB, VOCAB, load_maps=lambda: maps).errors
-    assert named == "tokenizer mismatch: token 'd' is id 100 in the target but id 258 in the draft"
+    assert named == "vocabulary mismatch: token 'd' is id 100 in the target but id 258 in the draft"
 
 
 def _artifact(s, path: Path, name: str, role: str) -> str:
