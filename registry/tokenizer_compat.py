@@ -179,19 +179,20 @@ def compare_maps(
     )
     if not _size_findings(tv, dv, out):
         return out
-    first = first_difference(target, draft, tv)
+    first = first_difference(target, draft, tv, dv)
     if first is not None:
         out.errors.append(first)
     return out
 
 
-def first_difference(target: dict[str, int], draft: dict[str, int], shared: int) -> str | None:
-    """The first token (lowest target id) whose ids differ on ids below ``shared``, as
-    one readable line; ``None`` when the maps agree there."""
-    draft_inverse = {i: t for t, i in draft.items()}
+def first_difference(
+    target: dict[str, int], draft: dict[str, int], tv: int, dv: int | None = None
+) -> str | None:
+    """The first token (lowest target id) whose ids differ, as one readable line; ``None``
+    when the maps are identical except for draft-only tokens in the padded range
+    ``[tv, dv)``."""
+    dv = tv if dv is None else dv
     for token, tid in sorted(target.items(), key=lambda kv: kv[1]):
-        if tid >= shared:
-            break
         did = draft.get(token)
         if did != tid:
             where = f"id {did}" if did is not None else "no id"
@@ -199,11 +200,12 @@ def first_difference(target: dict[str, int], draft: dict[str, int], shared: int)
                 f"vocabulary mismatch: token {token!r} is id {tid} in the target but {where} "
                 "in the draft"
             )
-    target_ids = set(target.values())
-    for did in sorted(i for i in draft_inverse if i < shared and i not in target_ids):
+    extra = sorted((i, t) for t, i in draft.items() if t not in target and not tv <= i < dv)
+    if extra:
+        did, token = extra[0]
         return (
-            f"vocabulary mismatch: token {draft_inverse[did]!r} is id {did} in the draft but "
-            "has no id in the target"
+            f"vocabulary mismatch: token {token!r} is id {did} in the draft but has no id "
+            "in the target"
         )
     return None
 
@@ -222,26 +224,27 @@ def compare_profiles(
     tv, dv = _embedding_sizes(target_size, draft_size, t["max_id"], d["max_id"])
     if _size_findings(tv, dv, out):
         tb, db = t.get("blocks") or [], d.get("blocks") or []
-        n_shared = -(-tv // BLOCK)  # blocks that hold ids below tv
+        n = max(len(tb), len(db))
         differs = next(
             (
-                i for i in range(n_shared)
+                i for i in range(n)
                 if (tb[i] if i < len(tb) else None) != (db[i] if i < len(db) else None)
             ),
             None,
         )  # fmt: skip
-        # the last shared block may hold draft-only (padded) ids past tv: only the maps
-        # can tell whether those are the only difference
+        # blocks cannot tell draft-only tokens in the padded range from real differences:
+        # only the maps can, so without them any difference refuses
         if differs is not None:
             maps = load_maps() if load_maps is not None else None
-            line = first_difference(*maps, tv) if maps is not None else None
             if maps is None:
-                lo, hi = differs * BLOCK, min((differs + 1) * BLOCK, tv) - 1
+                lo, hi = differs * BLOCK, (differs + 1) * BLOCK - 1
                 out.errors.append(
                     f"vocabulary mismatch: the token→id maps differ at ids {lo}–{hi} (the "
                     "tokenizer files are not on this machine to name the token)"
                 )
-            elif line is not None:
-                out.errors.append(line)
+            else:
+                line = first_difference(*maps, tv, dv)
+                if line is not None:
+                    out.errors.append(line)
     _meta_findings(t, d, out)
     return out

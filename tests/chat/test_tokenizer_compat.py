@@ -48,7 +48,7 @@ def test_profiles_locate_the_block_and_name_the_token_when_files_are_at_hand(tmp
     assert tp is not None and dp is not None and tp["blocks"] != dp["blocks"]
     assert compare_profiles(tp, dict(tp)).errors == []
     [err] = compare_profiles(tp, dp, VOCAB, VOCAB).errors
-    assert err.startswith("vocabulary mismatch: the token→id maps differ at ids 0–258")
+    assert err.startswith("vocabulary mismatch: the token→id maps differ at ids 0–1023")
     from registry.tokenizer_digest import load_vocab
 
     maps = (load_vocab(t)[0], load_vocab(d)[0])
@@ -87,3 +87,10 @@ def test_pair_registration_checks_the_tokenizers(chat_models, sqlite_url: str, t
             method="draft_model", k=3, actor=ACTOR,
         ).pair  # fmt: skip
         assert any(w.startswith("chat templates differ") for w in tmpl.warnings)
+
+
+def test_draft_only_tokens_pass_only_inside_the_padding():
+    padded = {**BASE, "extra": 3050}
+    assert compare_maps(BASE, padded, 3000, 3064).errors == []
+    [err] = compare_maps(BASE, padded, 3000, 3000).errors
+    assert "'extra' is id 3050 in the draft but has no id in the target" in err
