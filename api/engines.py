@@ -25,6 +25,7 @@ class Generation:
     text: str
     prompt_tokens: int
     run: Any  # runner.engine.PromptRun
+    finish_reason: str = "length"
 
     @property
     def histogram(self) -> list[int]:
@@ -54,15 +55,25 @@ class LoadedEngine:
         self.built = built
         self.lock = threading.Lock()
 
-    def generate(self, prompt: str, max_tokens: int) -> Generation:
-        from runner.measure import encode_prompt
+    def generate(self, prompt: str | list[dict[str, str]], max_tokens: int) -> Generation:
+        """Raw text is encoded as the tokenizer does by default; a message list goes
+        through the target's chat template with the generation prompt (as measured)."""
+        from runner.render import RenderError, encode_prompt
 
         tok = self.built.tokenizer
-        ids = encode_prompt(tok, prompt)
+        try:
+            ids = encode_prompt(tok, prompt)
+        except RenderError as exc:
+            field = "prompt" if isinstance(prompt, str) else "messages"
+            raise InvalidInput(str(exc), field=field) from exc
         with self.lock:
             run = self.built.engine.generate(ids, max_new_tokens=max_tokens)
         text = tok.decode(run.output_ids, skip_special_tokens=True)
-        return Generation(text=text, prompt_tokens=len(ids), run=run)
+        stopped = bool(run.output_ids) and run.output_ids[-1] in self.built.eos
+        return Generation(
+            text=text, prompt_tokens=len(ids), run=run,
+            finish_reason="stop" if stopped else "length",
+        )  # fmt: skip
 
 
 class EngineCache:

@@ -41,7 +41,9 @@ def _progress_bar(total_hint: str) -> tuple[Any, Callable[[int, int], None]]:
 
 def measure(
     pair: str = typer.Argument(..., help="Pair id or digest prefix."),
-    suite: str = typer.Option("default", "--suite", help="Built-in suite name or JSONL file."),
+    suite: str = typer.Option(
+        "default", "--suite", help="Built-in suite (default, chat, chat:CATEGORY, …) or JSONL."
+    ),
     categories: list[str] = typer.Option([], "--categories", help="Only these (repeatable)."),
     per_category: int = typer.Option(0, "--per-category", help="First N prompts per category."),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens"),

@@ -63,6 +63,8 @@ class ModelFacts:
     has_config: bool = False
     warnings: list[str] = field(default_factory=list)
     speculators: dict[str, Any] | None = None
+    # config.json's auto_map: the model's code ships with it, not in transformers
+    remote_code: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -77,6 +79,7 @@ class ModelFacts:
             "has_config": self.has_config,
             "warnings": list(self.warnings),
             "speculators": self.speculators,
+            "remote_code": self.remote_code,
         }
 
 
@@ -197,6 +200,7 @@ def read_model_facts(directory: str | os.PathLike[str]) -> ModelFacts:
         num_layers=_first_int(configs, "num_hidden_layers", "n_layer", "num_layers"),
         medusa_num_heads=_int(config.get("medusa_num_heads")),
         medusa_num_layers=_int(config.get("medusa_num_layers")),
+        remote_code=isinstance(config.get("auto_map"), dict) and bool(config["auto_map"]),
         declared_targets=targets,
         has_config=True,
         warnings=warnings,

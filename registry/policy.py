@@ -49,6 +49,8 @@ DEFAULTS: dict[str, Any] = {
         "trusted_roots": [],
     },
     "drafter": {"declared_target_must_match": True},
+    # lineages whose model code (config.json auto_map) may run; none by default
+    "runner": {"trust_remote_code": []},
     "drift": {"margin": 0.05, "significance": 0.05, "bootstrap": 2000},
     # Online acceptance monitoring (registry/services/online.py): the sequential test's
     # level (false alarms over the whole life of a live pair) and the tolerated drop below
@@ -146,6 +148,7 @@ def _check(policy: dict[str, Any]) -> None:
         ("provenance", "required"),
         ("provenance", "allowed_signers"),
         ("provenance", "trusted_roots"),
+        ("runner", "trust_remote_code"),
     ):
         value = policy[section][key]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -326,6 +329,25 @@ def measurement_settings(
         if value is not None:
             settings[key] = value
     return dict(sorted(settings.items()))
+
+
+def remote_code_parts(
+    policy: dict[str, Any], parts: list[tuple[str, str, dict[str, Any] | None]]
+) -> tuple[list[str], bool]:
+    """For ``(role, lineage, facts)`` parts: (those whose code is not in transformers and
+    that the policy's ``[runner] trust_remote_code`` does not name, whether any part runs
+    its own code). Such code runs only when the policy names its lineage."""
+    allowed = set((policy.get("runner") or {}).get("trust_remote_code") or [])
+    needing = [
+        (role, lineage) for role, lineage, facts in parts if (facts or {}).get("remote_code")
+    ]
+    refused = [
+        f"{role} {lineage} ships its own model code (config.json auto_map), which runs only "
+        "when the policy names it in [runner] trust_remote_code"
+        for role, lineage in needing
+        if lineage not in allowed
+    ]
+    return refused, bool(needing)
 
 
 def settings_digest(settings: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from registry.methods import TREE_METHODS
+from registry.tokenizer_compat import MAX_PADDING
 from runner.drafters import DraftModelDrafter, MedusaDrafter, PromptLookupDrafter
 from runner.eagle import eagle_type, load_eagle
 from runner.eagle_drafter import EagleDrafter
@@ -49,13 +50,12 @@ def build_drafter(
     if s.method == "draft_model":
         if not drafter_dir:
             raise ValueError("method 'draft_model' needs a drafter directory")
-        draft_model = load_causal_lm(drafter_dir, device, s.dtype)
-        if draft_model.config.vocab_size != target.config.vocab_size:
-            raise ValueError(
-                f"vocab mismatch: target {target.config.vocab_size}, "
-                f"draft {draft_model.config.vocab_size}"
-            )
-        return DraftModelDrafter(draft_model, prob_fn, generator), s.k
+        draft_model = load_causal_lm(drafter_dir, device, s.dtype, s.trust_remote_code)
+        tv, dv = target.config.vocab_size, draft_model.config.vocab_size
+        if not tv <= dv <= tv + MAX_PADDING:  # the registry's rule: padding up to 128 ids
+            raise ValueError(f"vocab mismatch: target {tv}, draft {dv}")
+        vocab = tv if dv > tv else None
+        return DraftModelDrafter(draft_model, prob_fn, generator, vocab), s.k
     if s.method == "medusa":
         if not drafter_dir:
             raise ValueError("method 'medusa' needs a heads directory")
@@ -99,8 +99,8 @@ def build_engine(
     device = resolve_device(s.device)
     if s.num_threads:
         torch.set_num_threads(s.num_threads)
-    tokenizer = load_tokenizer(target_dir)
-    target = load_causal_lm(target_dir, device, s.dtype)
+    tokenizer = load_tokenizer(target_dir, s.trust_remote_code)
+    target = load_causal_lm(target_dir, device, s.dtype, s.trust_remote_code)
     generator = torch.Generator(device=device)
     drafter, k = build_drafter(s, drafter_dir, target, device, generator)
     options = DecodeOptions(

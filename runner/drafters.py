@@ -45,11 +45,14 @@ class DraftModelDrafter:
         model,
         probs: ProbFn | None,
         generator: torch.Generator | None = None,
+        vocab: int | None = None,
     ) -> None:
         self.lm = CachedLM(model)
         self.probs = probs  # None = greedy
         self.generator = generator
         self.cached: list[int] = []
+        # a draft embedding padded past the target's vocabulary: those ids are never proposed
+        self.vocab = vocab
 
     def start(self, prompt_ids: list[int]) -> None:
         self.lm.reset()
@@ -67,7 +70,7 @@ class DraftModelDrafter:
         qs: list[torch.Tensor] = []
         for i in range(k):
             logits, _ = self.lm.forward(inp, last_only=True)
-            last = logits[-1]
+            last = logits[-1] if self.vocab is None else logits[-1][: self.vocab]
             if self.probs is None:
                 nxt = last.argmax()
             else:

@@ -16,10 +16,11 @@ from typing import Any
 
 from registry.errors import InvalidInput
 from registry.methods import RUNNABLE_METHODS
-from runner.measure import encode_prompt, measure_pair, plain_greedy
+from runner.measure import measure_pair, plain_greedy
 from runner.mlflow_log import default_tracking_uri, log_measurement
 from runner.models import load_causal_lm, load_tokenizer, resolve_device
 from runner.overlap import teacher_forced_overlap
+from runner.render import encode_prompt
 from runner.settings import MeasureSettings
 from runner.suites import Prompt, Suite, load_suite, suite_digest
 from runner.version import RUNNER_VERSION
@@ -94,7 +95,7 @@ def divergence(
     for row in rows:
         if row["category"] not in categories:
             continue
-        ids = encode_prompt(tok, by_id[row["id"]].prompt)
+        ids = encode_prompt(tok, by_id[row["id"]])
         ref = plain_greedy(model, ids, settings.max_new_tokens)
         out = list(row.get("output_ids") or [])
         at = next((i for i, (a, b) in enumerate(zip(out, ref, strict=False)) if a != b), None)
@@ -120,7 +121,7 @@ def teacher_forced(
         p = by_id.get(row["id"])
         cont = list(row.get("output_ids") or [])[:TEACHER_FORCED_TOKENS]
         if p is not None and cont:
-            items.append((encode_prompt(tok, p.prompt), cont))
+            items.append((encode_prompt(tok, p), cont))
     dev = resolve_device(device)
     old = load_causal_lm(old_target_dir, dev)
     new = load_causal_lm(new_target_dir, dev)

@@ -14,6 +14,7 @@ import torch
 from runner.build import build_engine
 from runner.engine import SpeculativeEngine, greedy_decode
 from runner.models import eos_ids, load_causal_lm, load_tokenizer, resolve_device
+from runner.render import check_renderable, encode_prompt, rendering_record
 from runner.settings import MeasureSettings
 from runner.stats import summarize
 from runner.suites import Prompt
@@ -33,6 +34,7 @@ class MeasurementResult:
     hardware: dict[str, Any]
     runner_version: str = RUNNER_VERSION
     suite_digest: str | None = None
+    rendering: dict[str, Any] | None = None
     target_dir: str | None = None
     drafter_dir: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -50,6 +52,8 @@ class MeasurementResult:
         }
         if self.suite_digest is not None:
             d["suite_digest"] = self.suite_digest
+        if self.rendering is not None:
+            d["rendering"] = self.rendering
         if self.target_dir is not None:
             d["target_dir"] = self.target_dir
         if self.drafter_dir is not None:
@@ -85,16 +89,6 @@ def _prompt_seed(seed: int, prompt_id: str) -> int:
     return (seed * 1_000_003 + zlib.crc32(prompt_id.encode("utf-8"))) % (2**63)
 
 
-def encode_prompt(tokenizer, text: str) -> list[int]:
-    ids = list(tokenizer(text)["input_ids"])
-    if not ids or (tokenizer.bos_token_id is not None and ids[0] != tokenizer.bos_token_id):
-        if tokenizer.bos_token_id is not None:
-            ids = [tokenizer.bos_token_id, *ids]
-    if not ids:
-        raise ValueError("prompt encodes to no tokens")
-    return ids
-
-
 def measure_pair(
     target_dir: str,
     drafter_dir: str | None,
@@ -117,6 +111,7 @@ def measure_pair(
     those timings (:mod:`runner.timings`).
     """
     s = settings
+    check_renderable(load_tokenizer(target_dir, s.trust_remote_code), prompts)  # no weights yet
     built = build_engine(s, target_dir, drafter_dir)
     engine, tokenizer, generator, k = built.engine, built.tokenizer, built.generator, built.k
     rows: list[dict[str, Any]] = []
@@ -128,8 +123,11 @@ def measure_pair(
     if plain_baseline and engine.drafter is not None:
         plain = SpeculativeEngine(built.target, None, engine.options, built.eos, generator)
     for i, p in enumerate(prompts):
-        ids = encode_prompt(tokenizer, p.prompt)
         generator.manual_seed(_prompt_seed(s.seed, p.id))
+        try:
+            ids = encode_prompt(tokenizer, p)
+        except ValueError as exc:
+            raise ValueError(f"prompt {p.id}: {exc}") from exc
         run = engine.generate(ids)
         row = {"id": p.id, "category": p.category, **run.to_dict()}
         rows.append(row)
@@ -152,6 +150,7 @@ def measure_pair(
         prompts=rows,
         hardware=hardware_info(built.device),
         suite_digest=suite_digest,
+        rendering=rendering_record(tokenizer, prompts),
         target_dir=str(target_dir),
         drafter_dir=str(drafter_dir) if drafter_dir else None,
         economics=economics,

@@ -152,6 +152,9 @@ def _log_measurement(
     all_params: dict[str, Any] = {f"settings.{k}": v for k, v in settings.items()}
     all_params["lossy"] = data.get("lossy")
     all_params["suite_digest"] = data.get("suite_digest")
+    rendering = data.get("rendering") or {}
+    all_params["rendering.mode"] = rendering.get("mode")
+    all_params["rendering.chat_template_digest"] = rendering.get("chat_template_digest")
     all_params["runner_version"] = data.get("runner_version", RUNNER_VERSION)
     hw = data.get("hardware", {})
     all_params["device"] = hw.get("device")

@@ -50,23 +50,52 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
         raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(_DTYPES)}") from None
 
 
+def _remote_code_error(path: str | os.PathLike[str], exc: Exception) -> ValueError:
+    return ValueError(
+        f"{Path(path).name}: the model's code is not in transformers (config.json auto_map); "
+        "it runs only when the policy names its lineage in [runner] trust_remote_code "
+        f"({str(exc).splitlines()[0][:160]})"
+    )
+
+
 def load_causal_lm(
-    path: str | os.PathLike[str], device: torch.device | str = "cpu", dtype: Any = "float32"
+    path: str | os.PathLike[str],
+    device: torch.device | str = "cpu",
+    dtype: Any = "float32",
+    trust_remote_code: bool = False,
 ):
-    """Load a local causal LM directory for inference (eval mode, no grad needed)."""
+    """Load a local causal LM directory for inference (eval mode, no grad needed): one
+    file or sharded safetensors (``model.safetensors.index.json``), in ``dtype``. Code
+    shipped with the checkpoint runs only with ``trust_remote_code``."""
     dev = resolve_device(device) if isinstance(device, str) else device
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=resolve_dtype(dtype))
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path), dtype=resolve_dtype(dtype), trust_remote_code=trust_remote_code
+        )
+    except ValueError as exc:
+        if "trust_remote_code" in str(exc):
+            raise _remote_code_error(path, exc) from exc
+        raise
     model.to(dev)
     model.eval()
     return model
 
 
-def load_tokenizer(path: str | os.PathLike[str]):
-    return AutoTokenizer.from_pretrained(str(path))
+def load_tokenizer(path: str | os.PathLike[str], trust_remote_code: bool = False):
+    try:
+        return AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+    except ValueError as exc:
+        if "trust_remote_code" in str(exc):
+            raise _remote_code_error(path, exc) from exc
+        raise
 
 
 def eos_ids(model, tokenizer=None) -> set[int]:
-    """All EOS ids the model's generation config or tokenizer declares."""
+    """Every id generation stops at: the generation config's and model config's EOS ids,
+    the tokenizer's EOS and the chat template's end-of-turn token (ChatML's
+    ``<|im_end|>``), as a chat server stops at any of them."""
+    from runner.render import end_of_turn_ids
+
     ids: set[int] = set()
     gc = getattr(model, "generation_config", None)
     for src in (getattr(gc, "eos_token_id", None), getattr(model.config, "eos_token_id", None)):
@@ -74,9 +103,12 @@ def eos_ids(model, tokenizer=None) -> set[int]:
             ids.add(src)
         elif isinstance(src, list | tuple):
             ids.update(int(x) for x in src)
-    if not ids and tokenizer is not None and tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    return ids
+    if tokenizer is not None:
+        if tokenizer.eos_token_id is not None:
+            ids.add(int(tokenizer.eos_token_id))
+        ids |= end_of_turn_ids(tokenizer)
+    vocab = getattr(model.config, "vocab_size", None)
+    return {i for i in ids if vocab is None or 0 <= i < vocab}
 
 
 class CachedLM:

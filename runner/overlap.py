@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from runner.engine import greedy_decode
-from runner.measure import encode_prompt
 from runner.models import eos_ids, load_causal_lm, load_tokenizer, resolve_device
+from runner.render import encode_prompt
 from runner.suites import Prompt
 
 Item = tuple[Sequence[int], Sequence[int]]
@@ -98,7 +98,7 @@ def greedy_continuations(
         if isinstance(p, Prompt | str):
             if tokenizer is None:
                 raise ValueError("text prompts need a model directory (for its tokenizer)")
-            ids = encode_prompt(tokenizer, p.prompt if isinstance(p, Prompt) else p)
+            ids = encode_prompt(tokenizer, p)
         else:
             ids = list(p)
         out.append((ids, greedy_decode(model, ids, max_new_tokens, eos)))

@@ -31,7 +31,9 @@ class MeasureSettings:
     depth when ``tree`` is set (Medusa: capped at its head count). ``tree``: a pair
     config's tree (``{"kind": "static", "choices": [[0], [1], [0, 0], ...]}`` or
     ``{"kind": "dynamic", "top_k": K, "total_tokens": N}``), strict acceptance only.
-    ``temperature=0`` means greedy. ``acceptance="typical"`` is lossy (Medusa typical
+    ``trust_remote_code``: run model code that ships with a checkpoint (``auto_map``);
+    only set when the policy names the lineage. ``temperature=0`` means greedy.
+    ``acceptance="typical"`` is lossy (Medusa typical
     acceptance with ``typical_epsilon``/``typical_delta``); ``strict_prefix_tokens`` verifies
     the first N output tokens strictly before switching to the lossy rule.
     """
@@ -53,6 +55,7 @@ class MeasureSettings:
     min_ngram: int = PROMPT_LOOKUP_DEFAULTS["prompt_lookup_min"]
     num_threads: int | None = None
     tree: dict[str, Any] | None = None
+    trust_remote_code: bool = False
 
     def __post_init__(self) -> None:
         self.method = canonical_method(self.method)

@@ -15,7 +15,7 @@ from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry import hub, model_facts, model_signature
+from registry import hub, model_facts, model_signature, tokenizer_compat
 from registry.audit import append_event, lock_writes
 from registry.economics import facts as economic_facts
 from registry.errors import Conflict, InvalidInput, NotFound, PairregError
@@ -164,6 +164,9 @@ def _describe(content: _Content) -> dict[str, Any]:
         out["facts"]["economics"] = economic_facts.read_facts(content.content_dir).to_dict()
     except (economic_facts.FactsError, OSError) as exc:
         out["facts"]["economics_error"] = str(exc)
+    if vocab is not None:
+        # token→id blocks, special tokens and chat template: what pair checks compare
+        out["facts"]["tokenizer"] = tokenizer_compat.profile(content.content_dir)
     return out
 
 

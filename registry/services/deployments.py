@@ -32,7 +32,7 @@ from registry.params import (
     Reason,
     Timestamp,
 )
-from registry.policy import measurement_settings, settings_digest
+from registry.policy import settings_digest
 from registry.records import Page
 from registry.records_governance import (
     DeploymentEventRecord,
@@ -43,7 +43,7 @@ from registry.records_governance import (
 from registry.refs import deployment_named, resolve_deployment, resolve_pair
 from registry.services.base import operation, page_query
 from registry.services.policies import load_policy
-from registry.services.validation import baseline_measurement, evaluate_gates
+from registry.services.validation import baseline_measurement, evaluate_gates, policy_settings
 
 
 def _check_name(name: str) -> str:
@@ -321,7 +321,7 @@ def promotion_gates(
     m = session.get(Measurement, val.measurement_id) if val.measurement_id else None
     if m is None:
         return [], val, [f"validation {val.id} has no measurement"]
-    wanted = settings_digest(measurement_settings(pair.config, pol.parsed["suite"]))
+    wanted = settings_digest(policy_settings(pair, pol))
     if m.settings_digest != wanted or m.suite_name != pol.parsed["suite"]["name"]:
         return (
             [],

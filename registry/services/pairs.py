@@ -7,16 +7,18 @@ manifest digest or null, "config": normalised config}))``.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry import lifecycle
+from registry import lifecycle, tokenizer_compat
 from registry.audit import append_event, lock_writes
 from registry.canonical import digest_of
 from registry.errors import InvalidInput
+from registry.manifest import hash_file
 from registry.methods import (
     ACCEPTANCE_RULES,
     DTYPES,
@@ -42,6 +44,7 @@ from registry.records import (
 from registry.refs import resolve_artifact, resolve_pair
 from registry.services.artifacts import to_record as artifact_record
 from registry.services.base import operation, page_query
+from registry.tokenizer_digest import TokenizerDigestError, load_vocab
 
 # Keys `--set` accepts, with their defaults; everything in the digest is listed here.
 COMMON_DEFAULTS: dict[str, Any] = {
@@ -266,7 +269,16 @@ def compatibility_findings(
     if method == "draft_model":
         if drafter.role != "draft":
             errors.append(f"draft_model needs a draft artifact, got role {drafter.role}")
-        if target.vocab_digest and drafter.vocab_digest:
+        tp, dp = tf.get("tokenizer"), df.get("tokenizer")
+        if tp and dp:
+            found = tokenizer_compat.compare_profiles(
+                tp, dp, tf.get("vocab_size"), df.get("vocab_size"),
+                load_maps=lambda: _local_maps(target, drafter),
+            )  # fmt: skip
+            errors.extend(found.errors)
+            warnings.extend(found.warnings)
+            warnings.extend(NOTE + n for n in found.notes)
+        elif target.vocab_digest and drafter.vocab_digest:
             if target.vocab_digest != drafter.vocab_digest:
                 errors.append(
                     "vocabulary mismatch: drafter vocab digest "
@@ -298,6 +310,34 @@ def compatibility_findings(
                 + f", not {target.lineage}@v{target.version}"
             )
     return errors, warnings
+
+
+NOTE = "note: "  # a finding that passes even under --strict (e.g. padded vocabulary)
+
+
+def _local_maps(*arts: Artifact) -> tuple[dict[str, int], dict[str, int]] | None:
+    """The artifacts' token→id maps, read from their registered local directories when
+    the vocabulary file there still has its registered hash (to name a differing token);
+    ``None`` when either is not at hand."""
+    maps = []
+    for art in arts:
+        root = Path(art.local_path) if art.local_path else None
+        entry = next(
+            (e for e in art.manifest or [] if e.get("path") in ("tokenizer.json", "vocab.json")),
+            None,
+        )
+        if root is None or entry is None or not (root / entry["path"]).is_file():
+            return None
+        if hash_file(root / entry["path"]).sha256 != entry.get("sha256"):
+            return None
+        try:
+            loaded = load_vocab(root)
+        except TokenizerDigestError:
+            return None
+        if loaded is None:
+            return None
+        maps.append(loaded[0])
+    return maps[0], maps[1]
 
 
 def _reads_hidden_size(df: dict[str, Any]) -> int | None:
@@ -387,7 +427,7 @@ def create_pair_row(
     method = config["method"]
     errors, warnings = compatibility_findings(target, drafter, method)
     if strict and warnings:
-        errors.extend(f"(strict) {w}" for w in warnings)
+        errors.extend(f"(strict) {w}" for w in warnings if not w.startswith(NOTE))
     if errors:
         raise InvalidInput("; ".join(errors), field="draft" if drafter else "target")
     digest = pair_digest(

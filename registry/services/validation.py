@@ -42,6 +42,7 @@ from registry.policy import (
     category_floor,
     economics_gated,
     measurement_settings,
+    remote_code_parts,
 )
 from registry.records import Page, from_row
 from registry.records_governance import GateResult, ValidateResult, ValidationRecord
@@ -229,6 +230,19 @@ def baseline_measurement(
     if val is None or val.measurement_id is None:
         return None
     return session.get(Measurement, val.measurement_id)
+
+
+def policy_settings(pair: Pair, pol: Policy) -> dict[str, Any]:
+    """The runner settings ``pair`` is measured with under ``pol``; refuses a part whose
+    model code is not in transformers unless the policy names it."""
+    parts = [("target", pair.target.lineage, pair.target.facts)]
+    if pair.drafter is not None:
+        parts.append(("drafter", pair.drafter.lineage, pair.drafter.facts))
+    refused, needed = remote_code_parts(pol.parsed, parts)
+    if refused:
+        raise InvalidInput("; ".join(refused), field="policy")
+    overrides = {"trust_remote_code": True} if needed else None
+    return measurement_settings(pair.config, pol.parsed["suite"], overrides=overrides)
 
 
 def evaluate_gates(
@@ -485,7 +499,7 @@ def validate_pair(
             f"deployment {dep.name} enforces policy {dep.policy_name}, not {pol.name}",
             field="policy",
         )
-    settings = measurement_settings(pair.config, pol.parsed["suite"])
+    settings = policy_settings(pair, pol)
     versions = (
         [runner_version]
         if runner_version

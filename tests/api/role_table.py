@@ -117,6 +117,7 @@ ROLE_TABLE: dict[tuple[str, str], frozenset[str]] = {
     ("POST", "/v1/telemetry/prometheus"): INGEST,
     ("GET", "/v1/exports/{engine}"): READ_REGISTRY,
     ("POST", "/v1/completions"): INGEST,
+    ("POST", "/v1/chat/completions"): INGEST,
 }
 
 # Path parameter values used to reach each route; the handler may then answer 404/422,

@@ -22,10 +22,15 @@ from runner.stats import speedup_estimate
 @pytest.mark.parametrize("name", CATEGORIES)
 def test_builtin_suites(name):
     s = load_suite(name)
-    assert len(s.prompts) >= 20
+    assert len(s.prompts) >= 10
     assert {p.category for p in s.prompts} == {name}
     assert all(len(p.prompt.encode()) <= 300 for p in s.prompts)
     assert s.digest == load_suite(name).digest == suite_digest(list(reversed(s.prompts)))
+    chat = load_suite(f"chat:{name}")
+    assert len(chat.prompts) == len(s.prompts)
+    assert {p.category for p in chat.prompts} == {name}
+    assert all(p.is_chat and p.messages[-1]["role"] == "user" for p in chat.prompts)
+    assert chat.digest != s.digest
 
 
 def test_default_suite_and_digest_definition():
