@@ -112,9 +112,10 @@ def test_strict_prefix_lowers_divergence_and_the_gate_follows_policy(
                 result=out["result"],
                 actor="test",
             )
-    # Typical acceptance leaves greedy on most adversarial prompts within the first tokens;
-    # verifying the first FIRST tokens strictly makes them exactly greedy (fp32).
-    assert rates[0][0] >= 2, rates
+    # Typical acceptance leaves greedy on some adversarial prompts within the first tokens
+    # (how many depends on the build: 5 of 8 and 1 of 8 seen); verifying the first FIRST
+    # tokens strictly makes them exactly greedy (fp32).
+    assert rates[0][0] >= 1, rates
     assert rates[FIRST] == (0, PROMPTS)
 
     def gates(prefix: int, name: str) -> dict[str, Any]:
