@@ -78,3 +78,13 @@ def test_weights_move_only_where_the_recipe_trains(real) -> None:  # type: ignor
             src = name.replace(f"layers.{layer}.", f"layers.{n - top + layer - bottom}.")
             assert not torch.equal(t, v1[src]), name
             assert not torch.equal(t, d2[name]), name
+
+
+def test_cli_reuses_the_build_and_lists_digests(real, cli) -> None:  # type: ignore[no-untyped-def]
+    r = cli("real", "build", "--out", real.root)
+    assert r.rc == 0, r.err
+    assert "already built" in r.out
+    digests = read_build_manifest(real.root)["manifest_digests"]
+    assert all(d[:16] in r.out for d in digests.values())
+    r = cli("real", "build", "--out", real.root, "--source", str(Path(real.root) / "nope.whl"))
+    assert r.rc == 2 and "--source" in r.out
