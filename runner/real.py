@@ -59,7 +59,7 @@ PARTS = ("target-v1", "draft", "target-v2", "draft-v2")
 # Everything that decides the weights. Changing any value changes the build manifest,
 # so a cached build made with another recipe is rebuilt.
 RECIPE: dict[str, Any] = {
-    "version": "real-1",
+    "version": "real-2",
     "seed": 20251201,
     "threads": 1,
     "bottom_layers": 6,
@@ -69,7 +69,7 @@ RECIPE: dict[str, Any] = {
     "window_tokens": 128,
     "draft_prose_windows": 6,
     "draft_code_windows": 6,
-    "draft_steps": 48,
+    "draft_steps": 64,
     "draft_batch": 4,
     "draft_lr": 1e-3,
     "v2_code_windows": 16,
@@ -78,6 +78,7 @@ RECIPE: dict[str, Any] = {
     "v2_keep_weight": 1.0,
     "teacher_topk": 16,
     "negatives": 1024,
+    "hidden_weight": 1.0,
 }
 
 ProgressFn = Callable[[str, int, int], None]
@@ -259,10 +260,17 @@ def _candidates(seqs: list[_Seq], negatives: torch.Tensor, labels: bool) -> torc
 
 
 def _kl(student_h: torch.Tensor, teacher_h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """KL(teacher || student) over the candidate rows ``w`` of the head, mean per token."""
+    """KL(teacher || student) over the candidate rows ``w`` of the head, mean per token,
+    plus the relative squared error between the final hidden states.
+
+    The KL ranks the candidates; the hidden-state term pins every logit at once (logits are
+    the head times the hidden state), so tokens outside the candidate set cannot drift up
+    unseen and win the student's argmax."""
     t = torch.log_softmax(teacher_h @ w.T, dim=-1)
     s = torch.log_softmax(student_h @ w.T, dim=-1)
-    return (t.exp() * (t - s)).sum(-1).mean()
+    kl = (t.exp() * (t - s)).sum(-1).mean()
+    rel = (student_h - teacher_h).pow(2).sum(-1).mean() / teacher_h.pow(2).sum(-1).mean()
+    return kl + RECIPE["hidden_weight"] * rel
 
 
 def _ce(h: torch.Tensor, labels: torch.Tensor, cand: torch.Tensor, w: torch.Tensor):
