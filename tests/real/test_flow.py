@@ -52,6 +52,7 @@ def _alpha(cli: Any, measurement_id: int) -> dict[str, float]:
     return {"overall": m["alpha"], **{c: v["alpha"] for c, v in m["categories"].items()}}
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # one dialect: minutes per run
 def test_real_pair_drift_and_maintenance(home, cli, real, no_mlflow) -> None:  # type: ignore[no-untyped-def]
     prov = read_build_manifest(real.root)["provenance"]
     _add(cli, real.target_v1, LINEAGE, "target", prov["target-v1"])
