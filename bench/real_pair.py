@@ -7,8 +7,9 @@ the share of pairreg's wall time spent outside the model forward passes (loop ov
 Targets on two CPU cores: >= 1.3x assisted generation, overhead <= 10%.
 
 ``--real-alpha``: greedy α per category for target-v1/draft, target-v2/draft and
-target-v2/draft-v2 (chat-rendered prompts from the built-in suites), with the build's
-wall and CPU time.
+target-v2/draft-v2 (chat-rendered prompts from the built-in suites; ``--raw``: the prompts
+encoded as the validator encodes them, raw text after BOS), with the build's wall and CPU
+time.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 
 from runner.drafters import DraftModelDrafter
 from runner.engine import DecodeOptions, SpeculativeEngine
+from runner.measure import encode_prompt
 from runner.models import eos_ids, load_causal_lm, load_tokenizer
 from runner.real import MARKER, build_real_pair
 from runner.stats import summarize_group
@@ -36,11 +38,13 @@ def chat_ids(tok, text: str) -> list[int]:
     )
 
 
-def _prompts(tok, suites: list[str], n: int) -> list[tuple[str, list[int]]]:
+def _prompts(tok, suites: list[str], n: int, raw: bool = False) -> list[tuple[str, list[int]]]:
     out = []
     for name in suites:
         for p in load_suite(name).prompts[:n]:
-            out.append((p.category, chat_ids(tok, p.prompt)))
+            out.append(
+                (p.category, encode_prompt(tok, p.prompt) if raw else chat_ids(tok, p.prompt))
+            )
     return out
 
 
@@ -131,7 +135,7 @@ def alpha(args: argparse.Namespace) -> int:
     print(f"build: wall {meta['wall_seconds']} s, CPU {meta['cpu_seconds']} s "
           f"(stages {meta['stage_wall_seconds']})")  # fmt: skip
     tok = load_tokenizer(paths.target_v1)
-    prompts = _prompts(tok, args.suites.split(","), args.prompts)
+    prompts = _prompts(tok, args.suites.split(","), args.prompts, raw=args.raw)
     pairs = [
         ("v1/draft", paths.target_v1, paths.draft),
         ("v2/draft", paths.target_v2, paths.draft),
@@ -139,7 +143,7 @@ def alpha(args: argparse.Namespace) -> int:
     ]
     cats = sorted({c for c, _ in prompts})
     print(f"greedy α, k={args.k}, max_new_tokens={args.max_new_tokens}, "
-          f"{args.prompts} chat prompts per category")  # fmt: skip
+          f"{args.prompts} {'raw' if args.raw else 'chat'} prompts per category")  # fmt: skip
     print(f"{'pair':12s} " + " ".join(f"{c:>14s}" for c in cats) + f" {'overall':>14s}")
     loaded: dict[str, object] = {}
     for label, tdir, ddir in pairs:
@@ -161,5 +165,6 @@ def alpha(args: argparse.Namespace) -> int:
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--real", action="store_true", help="real pair: engine vs transformers")
     ap.add_argument("--real-alpha", action="store_true", help="real pair: α per category")
+    ap.add_argument("--raw", action="store_true", help="--real-alpha: raw prompts (as validated)")
     ap.add_argument("--real-dir", default=None, help="real build dir (default: cache)")
     ap.add_argument("--suites", default="code,creative,summarization")

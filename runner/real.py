@@ -59,17 +59,17 @@ PARTS = ("target-v1", "draft", "target-v2", "draft-v2")
 # Everything that decides the weights. Changing any value changes the build manifest,
 # so a cached build made with another recipe is rebuilt.
 RECIPE: dict[str, Any] = {
-    "version": "real-2",
+    "version": "real-4",
     "seed": 20251201,
     "threads": 1,
-    "bottom_layers": 6,
+    "bottom_layers": 10,
     "top_layers": 4,
     "answer_tokens": 48,
     "generate_batch": 8,
     "window_tokens": 128,
     "draft_prose_windows": 6,
     "draft_code_windows": 6,
-    "draft_steps": 64,
+    "draft_steps": 160,
     "draft_batch": 4,
     "draft_lr": 1e-3,
     "v2_code_windows": 16,
@@ -79,6 +79,11 @@ RECIPE: dict[str, Any] = {
     "teacher_topk": 16,
     "negatives": 1024,
     "hidden_weight": 1.0,
+    # real-3/4: the target's greedy continuations of the same prompts as raw text (how the
+    # validator renders suite prompts), and the last steps of each draft distillation use
+    # the full-vocabulary KL (every logit constrained, not only the candidate set's)
+    "raw_answers": True,
+    "full_vocab_steps": 16,
 }
 
 ProgressFn = Callable[[str, int, int], None]
@@ -273,6 +278,17 @@ def _kl(student_h: torch.Tensor, teacher_h: torch.Tensor, w: torch.Tensor) -> to
     return kl + RECIPE["hidden_weight"] * rel
 
 
+def _kl_full(student_h: torch.Tensor, teacher_h: torch.Tensor, head: torch.Tensor):
+    """KL(teacher || student) over the whole vocabulary plus the hidden-state term: costs
+    a full head product per token, so only the last steps of a distillation use it."""
+    with torch.no_grad():
+        t = torch.log_softmax(teacher_h @ head.T, dim=-1)
+    s = torch.log_softmax(student_h @ head.T, dim=-1)
+    kl = (t.exp() * (t - s)).sum(-1).mean()
+    rel = (student_h - teacher_h).pow(2).sum(-1).mean() / teacher_h.pow(2).sum(-1).mean()
+    return kl + RECIPE["hidden_weight"] * rel
+
+
 def _ce(h: torch.Tensor, labels: torch.Tensor, cand: torch.Tensor, w: torch.Tensor):
     """Next-token cross-entropy over the candidate set (labels are always in it)."""
     index = torch.searchsorted(cand, labels)
@@ -321,10 +337,14 @@ def _distill(
         w = head_w[cand]
         opt.zero_grad(set_to_none=True)
         total = 0.0
+        full = step >= steps - RECIPE["full_vocab_steps"]
         for s in chosen:
             h = norm(_layers(body, s.h_bottom, layers))[0]
             assert s.teacher is not None
-            loss = _kl(h, s.teacher, w) / len(chosen)
+            if full:
+                loss = _kl_full(h, s.teacher, head_w) / len(chosen)
+            else:
+                loss = _kl(h, s.teacher, w) / len(chosen)
             loss.backward()
             total += float(loss.detach())
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -431,12 +451,18 @@ def _build_draft(target, seqs, negatives, gen, tick, stage) -> tuple[Any, float]
 
 
 def _greedy_answers(model, tok, tick: Callable[[str], None]) -> list[list[int]]:
-    """Target-v1's greedy answers to the chat prompts, rendered with its chat template;
-    each sequence is prompt + answer up to and including the end-of-turn token."""
+    """Target-v1's greedy answers to the chat prompts, rendered with its chat template,
+    then (``raw_answers``) its greedy continuations of the same prompts as raw text with
+    the BOS token first (how suite prompts are encoded for measurement); each sequence is
+    prompt + answer up to and including the end-of-turn token."""
+    from runner.measure import encode_prompt
+
     prompts = [
         list(tok.apply_chat_template(m, add_generation_prompt=True, tokenize=True)["input_ids"])
         for m in real_data.chat_messages()
     ]
+    if RECIPE["raw_answers"]:
+        prompts += [encode_prompt(tok, text) for text in real_data.CHAT_PROMPTS]
     eos = int(tok.eos_token_id)
     pad = int(tok.pad_token_id if tok.pad_token_id is not None else eos)
     out: list[list[int]] = []
@@ -479,7 +505,8 @@ class _Ticker:
 
 
 def total_ticks() -> int:
-    gens = -(-len(real_data.CHAT_PROMPTS) // RECIPE["generate_batch"])
+    prompts = len(real_data.CHAT_PROMPTS) * (2 if RECIPE["raw_answers"] else 1)
+    gens = -(-prompts // RECIPE["generate_batch"])
     return 1 + gens + 1 + 2 * RECIPE["draft_steps"] + RECIPE["v2_steps"] + len(PARTS)
 
 
@@ -639,7 +666,7 @@ def _manifest(
         "draft": {
             **common,
             "base_model": "target-v1",
-            "training_data": "target-v1 greedy chat answers, stdlib prose and source",
+            "training_data": "target-v1 greedy chat answers and raw continuations, stdlib text",
             "trained_against": v1_digest,
         },
         "target-v2": {
