@@ -59,7 +59,7 @@ PARTS = ("target-v1", "draft", "target-v2", "draft-v2")
 # Everything that decides the weights. Changing any value changes the build manifest,
 # so a cached build made with another recipe is rebuilt.
 RECIPE: dict[str, Any] = {
-    "version": "real-4",
+    "version": "real-5",
     "seed": 20251201,
     "threads": 1,
     "bottom_layers": 10,
@@ -69,8 +69,8 @@ RECIPE: dict[str, Any] = {
     "window_tokens": 128,
     "draft_prose_windows": 6,
     "draft_code_windows": 6,
-    "draft_steps": 160,
-    "draft_batch": 4,
+    "draft_steps": 320,
+    "draft_batch": 2,
     "draft_lr": 1e-3,
     "v2_code_windows": 16,
     "v2_steps": 32,
@@ -79,11 +79,11 @@ RECIPE: dict[str, Any] = {
     "teacher_topk": 16,
     "negatives": 1024,
     "hidden_weight": 1.0,
-    # real-3/4: the target's greedy continuations of the same prompts as raw text (how the
+    # real-3 to real-5: the target's greedy continuations of the same prompts as raw text (how the
     # validator renders suite prompts), and the last steps of each draft distillation use
     # the full-vocabulary KL (every logit constrained, not only the candidate set's)
     "raw_answers": True,
-    "full_vocab_steps": 16,
+    "full_vocab_steps": 24,
 }
 
 ProgressFn = Callable[[str, int, int], None]
