@@ -11,6 +11,10 @@ prompts and seeds: tau (from the counters), tokens/s and verified nodes per step
 outputs must equal plain greedy. Target: the tree raises tau by >= 20% over the chain for
 the same heads at temperature 1 (greedy tau on the tiny target is near its ceiling: its
 greedy continuations settle into repetitive code that every drafter predicts).
+
+``--real`` / ``--real-alpha``: the real reference pair (SmolLM2-135M-Instruct and its
+self-speculative draft, ``pairreg real build``); see ``bench/real_pair.py``. Use
+``--threads 2 --prompts 4 --max-new-tokens 48`` there.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import real_pair  # noqa: E402
 from runner.build import build_drafter  # noqa: E402
 from runner.drafters import DraftModelDrafter  # noqa: E402
 from runner.engine import DecodeOptions, SpeculativeEngine  # noqa: E402
@@ -47,10 +52,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trees", action="store_true", help="tree vs chain for the same heads")
     ap.add_argument("--top-k", type=int, default=3, help="EAGLE-2 tree: top-k (--trees)")
     ap.add_argument("--total-tokens", type=int, default=12, help="EAGLE-2 tree: nodes")
+    real_pair.add_arguments(ap)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.trees:
         return tree_bench(args)
+    if args.real:
+        return real_pair.speed(args)
+    if args.real_alpha:
+        return real_pair.alpha(args)
 
     paths = build_tiny_pairs(args.tiny_dir)
     tok = load_tokenizer(paths.target_v1)

