@@ -126,7 +126,10 @@ def seed(url: str, tmp: Path, registrations: int) -> dict[str, Any]:
 
 
 def start_server(url: str, home: Path, port: int) -> subprocess.Popen[bytes]:
+    # the registration directories lie beside the home: that folder is the artifact root
+    # remote registrations are confined to
     env = {**os.environ, "PAIRREG_DATABASE_URL": url, "PAIRREG_HOME": str(home),
+           "PAIRREG_ARTIFACT_ROOTS": str(home.parent),
            "PAIRREG_EMBEDDED_WORKER": "0", "PAIRREG_MLFLOW": "0"}  # fmt: skip
     for key in ("PAIRREG_URL", "PAIRREG_TOKEN"):
         env.pop(key, None)
