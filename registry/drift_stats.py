@@ -25,12 +25,13 @@ start-up, and ``scipy.stats`` costs about half a second there.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+
+from registry.intervals import paired_percentile_interval
 
 SEED = 20240611
 
@@ -121,26 +122,7 @@ def _bootstrap_interval(
     left out of the percentiles rather than voiding the interval (scipy's quantile would
     return NaN for all of it).
     """
-    from scipy import stats
-
-    with warnings.catch_warnings(action="ignore", category=stats.DegenerateDataWarning):
-        res = stats.bootstrap(
-            (b[:, 0], b[:, 1], c[:, 0], c[:, 1]),
-            _effect,
-            paired=True,
-            vectorized=True,
-            n_resamples=n_boot,
-            method="percentile",
-            confidence_level=0.95,
-            rng=rng,
-        )
-    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    if np.isnan(lo) or np.isnan(hi):
-        dist = res.bootstrap_distribution[~np.isnan(res.bootstrap_distribution)]
-        if not dist.size:
-            return None, None
-        lo, hi = (float(q) for q in np.quantile(dist, [0.025, 0.975]))
-    return lo, hi
+    return paired_percentile_interval((b[:, 0], b[:, 1], c[:, 0], c[:, 1]), _effect, n_boot, rng)
 
 
 def _permutation_p(b: np.ndarray, c: np.ndarray, n_perm: int, rng: np.random.Generator) -> float:

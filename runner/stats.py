@@ -16,12 +16,12 @@ with ``paired=True``), never from a binomial over tokens.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats
+
+from registry.intervals import paired_percentile_interval
 
 COUNTER_FIELDS = (
     "target_calls",
@@ -86,24 +86,7 @@ def _ci(num: np.ndarray, den: np.ndarray, rng: np.random.Generator, n_boot: int)
     if n == 1:  # scipy needs two observations; every resample of one prompt is that prompt
         v = float(num[0] / den[0])
         return [v, v]
-    with warnings.catch_warnings(action="ignore", category=stats.DegenerateDataWarning):
-        res = stats.bootstrap(
-            (num, den),
-            _ratio_of_sums,
-            paired=True,
-            vectorized=True,
-            n_resamples=n_boot,
-            method="percentile",
-            confidence_level=0.95,
-            rng=rng,
-        )
-    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    if np.isnan(lo) or np.isnan(hi):
-        vals = res.bootstrap_distribution[~np.isnan(res.bootstrap_distribution)]
-        if not vals.size:
-            return [None, None]
-        lo, hi = (float(q) for q in np.percentile(vals, [2.5, 97.5]))
-    return [lo, hi]
+    return list(paired_percentile_interval((num, den), _ratio_of_sums, n_boot, rng))
 
 
 def vllm_counters(sums: Mapping[str, float], accepted_per_position: Any) -> dict[str, Any]:
