@@ -159,19 +159,9 @@ def _head_no_longer_fits(session: Session, base: Pair, new: Artifact, actor: str
         f"target {new.lineage}@v{new.version} no longer fits the {base.method} heads "
         f"{base.drafter.lineage}@v{base.drafter.version}: " + "; ".join(reasons)
     )
-    lock_writes(session)
-    existing = session.scalar(
-        select(DriftFlag).where(
-            DriftFlag.kind == "integrity",
-            DriftFlag.pair_id == base.id,
-            DriftFlag.state == "open",
-            DriftFlag.summary == summary,
-        )
-    )
-    if existing is not None:
-        return
-    open_flag(
+    _open_integrity_once(
         session,
+        DriftFlag.pair_id == base.id,
         DriftFlag(
             kind="integrity",
             pair_id=base.id,
@@ -327,19 +317,9 @@ def on_verify(session: Session, art: Artifact, report: VerifyReport, actor: str)
         if v
     ]
     summary = f"{art.lineage}@v{art.version} at {report.path}: " + "; ".join(parts)
-    lock_writes(session)
-    existing = session.scalar(
-        select(DriftFlag).where(
-            DriftFlag.kind == "integrity",
-            DriftFlag.artifact_id == art.id,
-            DriftFlag.state == "open",
-            DriftFlag.summary == summary,
-        )
-    )
-    if existing is not None:
-        return
-    open_flag(
+    _open_integrity_once(
         session,
+        DriftFlag.artifact_id == art.id,
         DriftFlag(
             kind="integrity",
             artifact_id=art.id,
@@ -356,6 +336,25 @@ def on_verify(session: Session, art: Artifact, report: VerifyReport, actor: str)
         actor=actor,
         payload={"artifact_id": art.id, "summary": summary},
     )
+
+
+def _open_integrity_once(
+    session: Session, subject: Any, flag: DriftFlag, *, actor: str, payload: dict[str, Any]
+) -> None:
+    """Open an integrity flag unless one with the same summary is already open for the same
+    subject (``subject`` is the column test naming the pair or artifact): re-running a
+    check must not stack duplicate flags."""
+    lock_writes(session)
+    existing = session.scalar(
+        select(DriftFlag).where(
+            DriftFlag.kind == "integrity",
+            subject,
+            DriftFlag.state == "open",
+            DriftFlag.summary == flag.summary,
+        )
+    )
+    if existing is None:
+        open_flag(session, flag, actor=actor, payload=payload)
 
 
 def open_flag(
