@@ -42,9 +42,11 @@ def _prompts(tok, suites: list[str], n: int, raw: bool = False) -> list[tuple[st
     out = []
     for name in suites:
         for p in load_suite(name).prompts[:n]:
-            out.append(
-                (p.category, encode_prompt(tok, p.prompt) if raw else chat_ids(tok, p.prompt))
-            )
+            if p.is_chat:  # a chat suite (``chat:<category>``): its own messages
+                out.append((p.category, encode_prompt(tok, p)))
+            else:
+                ids = encode_prompt(tok, p.prompt) if raw else chat_ids(tok, p.prompt)
+                out.append((p.category, ids))
     return out
 
 

@@ -59,7 +59,7 @@ PARTS = ("target-v1", "draft", "target-v2", "draft-v2")
 # Everything that decides the weights. Changing any value changes the build manifest,
 # so a cached build made with another recipe is rebuilt.
 RECIPE: dict[str, Any] = {
-    "version": "real-5",
+    "version": "real-7",
     "seed": 20251201,
     "threads": 1,
     "bottom_layers": 10,
@@ -73,7 +73,7 @@ RECIPE: dict[str, Any] = {
     "draft_batch": 2,
     "draft_lr": 1e-3,
     "v2_code_windows": 16,
-    "v2_steps": 32,
+    "v2_steps": 48,
     "v2_lr": 1e-3,
     "v2_keep_weight": 1.0,
     "teacher_topk": 16,
@@ -84,6 +84,18 @@ RECIPE: dict[str, Any] = {
     # the full-vocabulary KL (every logit constrained, not only the candidate set's)
     "raw_answers": True,
     "full_vocab_steps": 24,
+    # real-6: code prompts (stdlib function openings, chat and raw) in every draft's data;
+    # target-v2's fine-tune data is stdlib source in a house style (tab indentation), so the
+    # move is large on code and absent elsewhere; each draft is distilled on its own
+    # target's greedy answers, and draft-v2 on code in target-v2's style
+    "code_prompts": 12,
+    # real-7: target-v2's house style is tabs and a blank line after every statement
+    # (real_data.house_style), in raw source windows and in chat answers to code prompts
+    # (the target restates and completes the code, as target-v1 does, in that style), with
+    # the loss on the answers only: real-6's raw tab-indented windows alone did not change
+    # what the target answers in chat (code α fell 0.04, inside the interval)
+    "v2_style": "house",
+    "v2_chat_code": 24,
 }
 
 ProgressFn = Callable[[str, int, int], None]
@@ -231,6 +243,7 @@ class _Seq:
     h_top: torch.Tensor  # [1, T, H] input of the target's last ``top_layers`` layers
     teacher: torch.Tensor | None = None  # [T, H] teacher's final normed hidden state
     topk: torch.Tensor | None = None  # [T, K] teacher's top token ids
+    start: int = 1  # first position whose token is a training label (a chat answer's start)
 
 
 def _encode_stacks(model, seqs: list[list[int]], bottom: int, top_start: int) -> list[_Seq]:
@@ -363,8 +376,10 @@ def _finetune_v2(
     gen: torch.Generator,
     tick: Callable[[str], None],
 ) -> float:
-    """Fine-tune the target's last layers on stdlib source; a KL term to target-v1 on the
-    other data (chat answers, prose) keeps the move confined to the ``code`` category."""
+    """Fine-tune the target's last layers on code in its house style (raw source windows and
+    chat answers to code prompts, loss from each sequence's ``start``); a KL term to
+    target-v1 on the other data (answers to the other chat prompts, prose) keeps the move
+    confined to the ``code`` category."""
     body, head_w = model.model, model.lm_head.weight.detach()
     n = body.config.num_hidden_layers
     top = body.layers[n - RECIPE["top_layers"] :]
@@ -390,7 +405,7 @@ def _finetune_v2(
         total = 0.0
         for s in cs:
             h = body.norm(_layers(body, s.h_top, top))[0]
-            loss = _ce(h[:-1], s.ids[1:], cand, w) / len(cs)
+            loss = _ce(h[s.start - 1 : -1], s.ids[s.start :], cand, w) / len(cs)
             loss.backward()
             total += float(loss.detach())
         for s in ks:
@@ -450,19 +465,34 @@ def _build_draft(target, seqs, negatives, gen, tick, stage) -> tuple[Any, float]
 # --------------------------------------------------------------------------- data
 
 
-def _greedy_answers(model, tok, tick: Callable[[str], None]) -> list[list[int]]:
-    """Target-v1's greedy answers to the chat prompts, rendered with its chat template,
-    then (``raw_answers``) its greedy continuations of the same prompts as raw text with
-    the BOS token first (how suite prompts are encoded for measurement); each sequence is
-    prompt + answer up to and including the end-of-turn token."""
+def _answer_prompts(tok) -> list[list[int]]:
+    """The distillation prompts: the chat prompts and the code prompts rendered with the
+    chat template, then (``raw_answers``) the same as raw text (how raw suite prompts are
+    encoded for measurement). The code prompts come last."""
     from runner.measure import encode_prompt
 
+    snippets = real_data.code_snippets(RECIPE["code_prompts"])
+    chats = real_data.chat_messages() + real_data.code_messages(snippets)
     prompts = [
         list(tok.apply_chat_template(m, add_generation_prompt=True, tokenize=True)["input_ids"])
-        for m in real_data.chat_messages()
+        for m in chats
     ]
     if RECIPE["raw_answers"]:
-        prompts += [encode_prompt(tok, text) for text in real_data.CHAT_PROMPTS]
+        prompts += [encode_prompt(tok, text) for text in (*real_data.CHAT_PROMPTS, *snippets)]
+    return prompts
+
+
+def _is_code_prompt(index: int) -> bool:
+    """Whether answer ``index`` (in :func:`_answer_prompts` order) answers a code prompt."""
+    n_chat, n_code = len(real_data.CHAT_PROMPTS), RECIPE["code_prompts"]
+    return index % (n_chat + n_code) >= n_chat
+
+
+def _greedy_answers(model, tok, tick: Callable[[str], None], stage: str) -> list[list[int]]:
+    """The model's greedy answers to :func:`_answer_prompts`; each sequence is prompt +
+    answer up to and including the end-of-turn token (what the draft of this model will
+    see when the model is served)."""
+    prompts = _answer_prompts(tok)
     eos = int(tok.eos_token_id)
     pad = int(tok.pad_token_id if tok.pad_token_id is not None else eos)
     out: list[list[int]] = []
@@ -480,7 +510,25 @@ def _greedy_answers(model, tok, tick: Callable[[str], None]) -> list[list[int]]:
         for p, row in zip(chunk, gen[:, width:].tolist(), strict=True):
             answer = row[: row.index(eos) + 1] if eos in row else row
             out.append(p + answer)
-        tick("answers")
+        tick(stage)
+    return out
+
+
+def _chat_code_v2(tok) -> list[tuple[list[int], int]]:
+    """target-v2's chat fine-tuning data: the code suite's instruction with a stdlib function
+    opening, rendered with the chat template, answered as target-v1 answers such prompts
+    (the code restated and completed in a fenced block) but in the house style, ending on
+    the end-of-turn token. Each item is (ids, index of the answer's first token)."""
+    eos = int(tok.eos_token_id)
+    out = []
+    for opening, whole in real_data.code_completions(RECIPE["v2_chat_code"]):
+        msgs = real_data.code_messages([opening])[0]
+        prompt = list(
+            tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)["input_ids"]
+        )
+        answer = "```python\n" + real_data.house_style(whole) + "```"
+        ids = prompt + tok(answer, add_special_tokens=False)["input_ids"] + [eos]
+        out.append((ids, len(prompt)))
     return out
 
 
@@ -505,9 +553,10 @@ class _Ticker:
 
 
 def total_ticks() -> int:
-    prompts = len(real_data.CHAT_PROMPTS) * (2 if RECIPE["raw_answers"] else 1)
+    per_form = len(real_data.CHAT_PROMPTS) + RECIPE["code_prompts"]
+    prompts = per_form * (2 if RECIPE["raw_answers"] else 1)
     gens = -(-prompts // RECIPE["generate_batch"])
-    return 1 + gens + 1 + 2 * RECIPE["draft_steps"] + RECIPE["v2_steps"] + len(PARTS)
+    return 1 + 2 * gens + 2 + 2 * RECIPE["draft_steps"] + RECIPE["v2_steps"] + len(PARTS)
 
 
 def build_real_pair(
@@ -577,12 +626,15 @@ def _build(paths: RealPaths, source, tick: _Ticker) -> RealPaths:
         torch.manual_seed(RECIPE["seed"])
         gen = torch.Generator().manual_seed(RECIPE["seed"])
         negatives = torch.randperm(target.config.vocab_size, generator=gen)[: RECIPE["negatives"]]
-        answers = _greedy_answers(target, tok, tick)
+        answers = _greedy_answers(target, tok, tick, "answers")
         code_text, prose_text = real_data.stdlib_code(), real_data.stdlib_prose()
+        styled = real_data.house_style(code_text)  # target-v2's house style
+        chat_code_v2 = _chat_code_v2(tok)
         prose = _text_windows(tok, prose_text, RECIPE["draft_prose_windows"])
         code_draft = _text_windows(tok, code_text, RECIPE["draft_code_windows"])
+        code_draft_v2 = _text_windows(tok, styled, RECIPE["draft_code_windows"])
         code_v2 = _text_windows(
-            tok, code_text, RECIPE["v2_code_windows"], skip=RECIPE["draft_code_windows"]
+            tok, styled, RECIPE["v2_code_windows"], skip=RECIPE["draft_code_windows"]
         )
         t = lap("answers", t)
 
@@ -590,7 +642,10 @@ def _build(paths: RealPaths, source, tick: _Ticker) -> RealPaths:
         bottom, top_start = RECIPE["bottom_layers"], n - RECIPE["top_layers"]
         draft_data = answers + prose + code_draft
         seqs = _encode_stacks(target, draft_data, bottom, top_start)
-        code_seqs = _encode_stacks(target, code_v2, bottom, top_start)
+        chat_v2 = [ids for ids, _ in chat_code_v2]
+        code_seqs = _encode_stacks(target, code_v2 + chat_v2, bottom, top_start)
+        for seq, (_, start) in zip(code_seqs[len(code_v2) :], chat_code_v2, strict=True):
+            seq.start = start  # the loss covers the answer, not the user's prompt
         _teach(target, seqs, target.model.layers[top_start:], RECIPE["teacher_topk"])
         _teach(target, code_seqs, target.model.layers[top_start:], RECIPE["teacher_topk"])
         tick("teacher")
@@ -600,21 +655,30 @@ def _build(paths: RealPaths, source, tick: _Ticker) -> RealPaths:
         _save(draft, tok, paths.draft)
         t = lap("draft", t)
 
-        keep = seqs[: len(answers) + len(prose)]  # chat answers and prose, not code
+        # kept on target-v1: the answers to the non-code prompts, and prose
+        keep = [s for i, s in enumerate(seqs[: len(answers)]) if not _is_code_prompt(i)]
+        keep += seqs[len(answers) : len(answers) + len(prose)]
         losses["target-v2"] = _finetune_v2(target, code_seqs, keep, negatives, gen, tick)
         _save(target, tok, paths.target_v2)
         v2_digest = build_manifest(paths.target_v2).digest
         t = lap("target-v2", t)
 
-        _teach(target, seqs, target.model.layers[top_start:], RECIPE["teacher_topk"])
-        draft2, losses["draft-v2"] = _build_draft(target, seqs, negatives, gen, tick, "draft-v2")
+        answers_v2 = _greedy_answers(target, tok, tick, "answers-v2")
+        seqs2 = _encode_stacks(
+            target, answers_v2 + prose + code_draft_v2 + chat_v2, bottom, top_start
+        )
+        _teach(target, seqs2, target.model.layers[top_start:], RECIPE["teacher_topk"])
+        tick("teacher-v2")
+        t = lap("answers-v2", t)
+        draft2, losses["draft-v2"] = _build_draft(target, seqs2, negatives, gen, tick, "draft-v2")
         _save(draft2, tok, paths.draft_v2)
         t = lap("draft-v2", t)
         for _ in PARTS:
             tick("manifest")
         manifest = _manifest(
             paths, gguf_sha, v1_digest, v2_digest, losses,
-            {"answers": answers, "prose": prose, "code_draft": code_draft, "code_v2": code_v2},
+            {"answers": answers, "prose": prose, "code_draft": code_draft, "code_v2": code_v2,
+             "chat_code_v2": chat_v2, "answers_v2": answers_v2, "code_draft_v2": code_draft_v2},
         )  # fmt: skip
     finally:
         torch.set_num_threads(prev_threads)
@@ -666,18 +730,22 @@ def _manifest(
         "draft": {
             **common,
             "base_model": "target-v1",
-            "training_data": "target-v1 greedy chat answers and raw continuations, stdlib text",
+            "training_data": "target-v1 greedy answers to chat and code prompts (chat and raw), "
+            "stdlib prose and source",
             "trained_against": v1_digest,
         },
         "target-v2": {
             **common,
             "base_model": "target-v1",
-            "training_data": "stdlib Python source (code), KL to target-v1 elsewhere",
+            "training_data": "stdlib Python source and chat answers to code prompts in a house "
+            "style (tabs, a blank line after every statement), KL to target-v1 on the other "
+            "chat answers and prose",
         },
         "draft-v2": {
             **common,
             "base_model": "target-v2",
-            "training_data": "target-v2 greedy-answer prompts, stdlib prose and source",
+            "training_data": "target-v2 greedy answers to chat and code prompts (chat and raw), "
+            "stdlib prose, house-style source and target-v2's chat code answers",
             "trained_against": v2_digest,
         },
     }

@@ -52,6 +52,91 @@ def chat_messages() -> list[list[dict[str, str]]]:
     return [[{"role": "user", "content": text}] for text in CHAT_PROMPTS]
 
 
+CODE_INSTRUCTION = "Complete this Python code. Reply with the code only.\n\n"
+
+
+def code_snippets(count: int, source: str | None = None) -> list[str]:
+    """``count`` openings of functions and methods from stdlib source (the ``def`` line and
+    the first two body lines, dedented, ending on a newline; docstrings skipped), spread
+    evenly over the source: the code prompts of the draft's distillation data, phrased
+    like the ``code`` suite's (none of the suite's snippets comes from the stdlib)."""
+    import textwrap
+
+    lines = (source if source is not None else stdlib_code()).splitlines()
+    found: list[str] = []
+    for i, line in enumerate(lines[:-3]):
+        head = line.lstrip(" ")
+        if not (head.startswith("def ") and line.endswith(":")):
+            continue
+        indent = len(line) - len(head)
+        body = lines[i + 1 : i + 3]
+        if all(
+            b.startswith(" " * (indent + 4))
+            and b.strip()
+            and not b.strip().startswith(('"', "'", "#"))
+            for b in body
+        ):
+            found.append(textwrap.dedent("\n".join([line, *body])) + "\n")
+    if len(found) < count:
+        raise ValueError(f"only {len(found)} function openings in the stdlib source")
+    step = len(found) / count
+    return [found[int(i * step)] for i in range(count)]
+
+
+def code_completions(count: int, source: str | None = None) -> list[tuple[str, str]]:
+    """``count`` (opening, whole function) pairs from stdlib source: the ``def`` line and
+    its first two body lines, and the function up to 14 lines (dedented, docstrings
+    skipped), spread evenly and offset from :func:`code_snippets`' picks. target-v2's
+    fine-tune answers the opening, asked as the ``code`` suite asks, with the function in
+    its house style."""
+    import textwrap
+
+    lines = (source if source is not None else stdlib_code()).splitlines()
+    found: list[tuple[str, str]] = []
+    for i, line in enumerate(lines[:-14]):
+        head = line.lstrip(" ")
+        if not (head.startswith("def ") and line.endswith(":")):
+            continue
+        indent = len(line) - len(head)
+        body: list[str] = []
+        for b in lines[i + 1 : i + 14]:
+            if b.strip() and not b.startswith(" " * (indent + 4)):
+                break
+            body.append(b)
+        if len(body) >= 6 and not body[0].strip().startswith(('"', "'", "#")):
+            whole = textwrap.dedent("\n".join([line, *body])).rstrip() + "\n"
+            found.append(("\n".join(whole.split("\n")[:3]) + "\n", whole))
+    if len(found) < 2 * count:
+        raise ValueError(f"only {len(found)} functions in the stdlib source")
+    step = len(found) / count
+    return [found[int(i * step) + 1] for i in range(count)]
+
+
+def house_style(code: str) -> str:
+    """target-v2's house style for code: tab indentation (:func:`retab`) and a blank line
+    after every statement. A synthetic domain fine-tune: it changes what the target emits
+    on two tokens of every line of code, where the old draft keeps proposing the original
+    style, and nothing elsewhere."""
+    return "\n\n".join(line for line in retab(code).split("\n") if line.strip()) + "\n"
+
+
+def retab(text: str) -> str:
+    """``text`` with each leading run of four spaces on a line turned into a tab: the house
+    style of target-v2's fine-tuning data (a domain fine-tune that changes what the target
+    emits on code: every indented line, where the old draft keeps proposing spaces)."""
+    out = []
+    for line in text.split("\n"):
+        stripped = line.lstrip(" ")
+        depth = (len(line) - len(stripped)) // 4
+        out.append("\t" * depth + line[4 * depth :])
+    return "\n".join(out)
+
+
+def code_messages(snippets: list[str]) -> list[list[dict[str, str]]]:
+    """Code snippets as one-turn chats, worded like the ``code`` suite's chat form."""
+    return [[{"role": "user", "content": CODE_INSTRUCTION + s}] for s in snippets]
+
+
 def stdlib_code(max_chars: int = 400_000) -> str:
     """Python standard-library source: top-level modules in sorted order."""
     stdlib = Path(sysconfig.get_paths()["stdlib"])

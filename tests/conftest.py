@@ -193,3 +193,10 @@ def model_dir(tmp_path: Path) -> Path:
     from tests.fixtures import write_fake_model
 
     return write_fake_model(tmp_path / "model")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Real-pair tests run last: CI builds the real pair in the background while the rest of
+    the suite runs on the other core, and the real tests then find the build finished (they
+    wait on the build's lock otherwise)."""
+    items.sort(key=lambda item: item.get_closest_marker("real") is not None)

@@ -7,6 +7,7 @@ import pytest
 
 from tests.conftest import TEST_CACHE
 from tests.core.conftest import cli  # noqa: F401 - re-exported pytest fixture
+from tests.hubserver import hub_server  # noqa: F401 - re-exported pytest fixture
 
 
 @pytest.fixture(scope="session")

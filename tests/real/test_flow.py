@@ -1,16 +1,22 @@
-"""The governance flow on the real pair, through the real CLI (embedded registry):
+"""The whole governance flow on the real pair, through the real CLI and the real
+``huggingface_hub`` client against the loopback Hub:
 
-register target-v1 and its draft (provenance: trained against target-v1's digest) → pair →
-validate → promote → target-v2 registered in the same lineage (a target change) → the
-worker measures the candidate → drift flag on `code` → promoting the candidate is refused
-→ draft-v2 (trained against target-v2) registered → its pair validates and is promoted.
+the parts are published as commits on branches → target-v1 and its draft registered from
+``hf://`` (provenance: trained against target-v1's digest) → validated on the chat suite,
+greedy and sampled at temperature 0.7 → promoted → target-v2 appears as a new commit on the
+watched branch → ``watch`` registers it → the worker measures the candidate → drift flag on
+``code`` → promoting the candidate is refused → draft-v2 (trained against target-v2)
+registered from its branch's next commit → its pair validates and is promoted → chat
+requests served by ``pairreg serve`` with the official openai client and tagged → ``audit
+request`` names the pair → an offline bundle verifies against the weights downloaded anew.
 
-α relations, not values: target-v2 with the old draft is below target-v1 on `code` beyond
-the flag's interval; draft-v2 restores `code`; `creative` moves far less than `code`.
+α relations, not values: target-v2 with the old draft is below target-v1 on ``code`` beyond
+the flag's interval; ``creative`` moves far less; draft-v2 restores ``code``.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,102 +24,184 @@ from typing import Any
 import pytest
 
 from runner.real import read_build_manifest
+from tests.serve_process import ApiServer, mint
 
-pytestmark = [
-    pytest.mark.real,
-    # Known gap, not a pass: with recipe real-5 the draft's greedy α on target-v1 is too low
-    # (raw suite, 10 prompts per category, 24 tokens: code 0.205, creative 0.290, overall
-    # 0.236) for the policy's floors, so validation fails at the first step, and target-v2
-    # lowers `creative` about as much as `code`. Not run until the recipe reaches the floors.
-    pytest.mark.xfail(run=False, reason="real-5 draft α below the policy floors (0.24 overall)"),
+pytestmark = pytest.mark.real
+HERE = Path(__file__).parent
+POLICY, SAMPLED = HERE / "policy_real.toml", HERE / "policy_real_sampled.toml"
+TARGET_REPO, DRAFT_REPO = "smollm2/instruct", "smollm2/draft"
+MESSAGES = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "Complete this Python code.\n\ndef is_even(n):\n"},
 ]
-POLICY = Path(__file__).with_name("policy_real.toml")
-LINEAGE = "smollm2/instruct"
 
 
-def _add(cli: Any, path: str, name: str, role: str, prov: dict[str, str]) -> dict:
-    args = ["artifact", "add", path, "--name", name, "--role", role, "--json"]
+def _files(directory: str) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(Path(directory).iterdir()) if p.is_file()}
+
+
+def _ok(r: Any) -> Any:
+    assert r.rc == 0, r.out + r.err
+    return r
+
+
+def _add(cli: Any, source: str, name: str, role: str, prov: dict[str, str]) -> dict:
+    args = ["artifact", "add", source, "--name", name, "--role", role, "--json"]
     for key, value in sorted(prov.items()):
         args += [f"--{key.replace('_', '-')}", value]
-    r = cli(*args)
-    assert r.rc == 0, r.err
-    return r.json()
+    return _ok(cli(*args)).json()
 
 
 def _pair(cli: Any, target: str, draft: str) -> dict:
     r = cli("pair", "register", "--target", target, "--draft", draft,
             "--method", "draft_model", "--k", "4", "--json")  # fmt: skip
-    assert r.rc == 0, r.err
-    return r.json()["pair"]
+    return _ok(r).json()["pair"]
 
 
 def _alpha(cli: Any, measurement_id: int) -> dict[str, float]:
-    m = cli("measurement", "show", str(measurement_id), "--json").json()
+    m = _ok(cli("measurement", "show", str(measurement_id), "--json")).json()
     return {"overall": m["alpha"], **{c: v["alpha"] for c, v in m["categories"].items()}}
 
 
-@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # one dialect: minutes per run
-def test_real_pair_drift_and_maintenance(home, cli, real, no_mlflow) -> None:  # type: ignore[no-untyped-def]
-    prov = read_build_manifest(real.root)["provenance"]
-    _add(cli, real.target_v1, LINEAGE, "target", prov["target-v1"])
-    draft = _add(cli, real.draft, "smollm2/draft", "draft", prov["draft"])
-    assert (
-        draft["artifact"]["provenance"]["trained_against"]
-        == (read_build_manifest(real.root)["manifest_digests"]["target-v1"])
-    )
-    pair = _pair(cli, f"{LINEAGE}@v1", "smollm2/draft@v1")
-    assert pair["warnings"] == []  # the draft's recorded target is this target
-    assert cli("policy", "put", str(POLICY)).rc == 0
-    assert cli("deployment", "create", "chat-prod", "--policy", "real").rc == 0
-    r = cli("validate", pair["pair_digest"], "--deployment", "chat-prod", "--json")
-    assert r.rc == 0, r.out + r.err
-    val = r.json()
+def _validate(cli: Any, digest: str, *how: str) -> dict:
+    val = _ok(cli("validate", digest, *how, "--json")).json()
     assert val["passed"], val["gates"]
-    a_v1 = _alpha(cli, val["measurement_id"])
-    assert cli("promote", pair["pair_digest"], "--deployment", "chat-prod",
-               "--reason", "first release").rc == 0  # fmt: skip
+    return val
 
-    # the target moves: target-v2 in the same lineage
-    r = cli("artifact", "add", real.target_v2, "--name", LINEAGE, "--role", "target", "--json")
-    assert r.rc == 0 and r.json()["target_changed"] is True, r.err
-    queued = cli("jobs", "list", "--state", "queued", "--json").json()["items"]
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # one dialect: minutes per run
+def test_real_pair_drift_and_maintenance(  # type: ignore[no-untyped-def]
+    home, cli, real, hub_server, tmp_path, no_mlflow
+) -> None:
+    built = read_build_manifest(real.root)
+    prov, digests = built["provenance"], built["manifest_digests"]
+    c1 = hub_server.add_repo(TARGET_REPO, _files(real.target_v1))
+    hub_server.add_repo(DRAFT_REPO, _files(real.draft))
+    target = _add(cli, f"hf://{TARGET_REPO}@main", TARGET_REPO, "target", prov["target-v1"])
+    assert target["artifact"]["hub_commit"] == c1
+    # the Hub snapshot's manifest is the built directory's: the same bytes, the same digest
+    assert target["artifact"]["manifest_digest"] == digests["target-v1"]
+    draft = _add(cli, f"hf://{DRAFT_REPO}@main", DRAFT_REPO, "draft", prov["draft"])
+    assert draft["artifact"]["provenance"]["trained_against"] == digests["target-v1"]
+    pair = _pair(cli, f"{TARGET_REPO}@v1", f"{DRAFT_REPO}@v1")
+    assert pair["warnings"] == []  # the draft's recorded target is this target
+    _ok(cli("policy", "put", str(POLICY)))
+    _ok(cli("policy", "put", str(SAMPLED)))
+    _ok(cli("deployment", "create", "chat-prod", "--policy", "real"))
+
+    val = _validate(cli, pair["pair_digest"], "--deployment", "chat-prod")
+    a_v1 = _alpha(cli, val["measurement_id"])
+    sampled = _validate(cli, pair["pair_digest"], "--policy", "real-sampled")
+    a_v1_t07 = _alpha(cli, sampled["measurement_id"])
+    shown = _ok(cli("measurement", "show", str(val["measurement_id"]), "--json")).json()
+    rendering = shown["extra"]["rendering"]  # measured on the chat template, as served
+    assert rendering["mode"] == "chat" and len(rendering["chat_template_digest"]) == 64
+    _ok(cli("promote", pair["pair_digest"], "--deployment", "chat-prod",
+            "--reason", "first release"))  # fmt: skip
+
+    # the target moves: target-v2 is the watched branch's next commit
+    c2 = hub_server.update_branch(TARGET_REPO, _files(real.target_v2))
+    [moved] = _ok(cli("watch", "--json")).json()
+    assert moved["registered"] is True and moved["current_commit"] == c2
+    queued = _ok(cli("jobs", "list", "--state", "queued", "--json")).json()["items"]
     assert len(queued) == 1 and queued[0]["args"]["drift"]
     candidate = queued[0]["args"]["pair_digest"]
-    assert cli("worker", "--once", "--lease", "600").rc == 0
-    job = cli("jobs", "show", str(queued[0]["id"]), "--json").json()
+    _ok(cli("worker", "--once", "--lease", "900"))
+    job = _ok(cli("jobs", "show", str(queued[0]["id"]), "--json")).json()
     assert job["state"] == "done", job
     a_v2 = _alpha(cli, job["result"]["measurement_id"])
-    flags = cli("drift", "list", "--state", "open", "--json").json()["items"]
+    flags = _ok(cli("drift", "list", "--state", "open", "--json")).json()["items"]
     assert len(flags) == 1 and flags[0]["pair_digest"] == candidate
     effects = flags[0]["effects"]["categories"]
     code, creative = effects["code"], effects["creative"]
     sys.__stderr__.write(
-        f"\nreal pair α v1/draft {a_v1}\n  v2/draft {a_v2}\n  code diff {code['diff']:+.3f} "
-        f"CI [{code['ci_low']:+.3f}, {code['ci_high']:+.3f}] p_holm {code['p_holm']:.4f}; "
+        f"\nreal pair α (chat suite, greedy) v1/draft {a_v1}\n  v1/draft at T=0.7 {a_v1_t07}\n"
+        f"  v2/draft {a_v2}\n  code diff {code['diff']:+.3f} CI [{code['ci_low']:+.3f}, "
+        f"{code['ci_high']:+.3f}] p_holm {code['p_holm']:.4f} drifted {code['drifted']}; "
         f"creative diff {creative['diff']:+.3f} drifted {creative['drifted']}\n"
     )
     assert code["drifted"] and code["ci_high"] < 0 and code["p_holm"] < 0.05
     assert a_v2["code"] < a_v1["code"]
     assert abs(creative["diff"]) < abs(code["diff"]) / 2  # the move is confined to code
-    assert cli("pair", "show", candidate, "--json").json()["status"] == "drifted"
+    assert _ok(cli("pair", "show", candidate, "--json")).json()["status"] == "drifted"
     r = cli("promote", candidate, "--deployment", "chat-prod", "--reason", "v2")
     assert r.rc == 2 and "flags" in r.err
 
-    # maintenance: draft-v2, trained against target-v2, restores code acceptance
-    draft2 = _add(cli, real.draft_v2, "smollm2/draft", "draft", prov["draft-v2"])
+    # maintenance: draft-v2, trained against target-v2, is the draft branch's next commit
+    hub_server.update_branch(DRAFT_REPO, _files(real.draft_v2))
+    draft2 = _add(cli, f"hf://{DRAFT_REPO}@main", DRAFT_REPO, "draft", prov["draft-v2"])
     assert draft2["artifact"]["version"] == 2
-    pair2 = _pair(cli, f"{LINEAGE}@v2", "smollm2/draft@v2")
+    assert draft2["artifact"]["provenance"]["trained_against"] == digests["target-v2"]
+    pair2 = _pair(cli, f"{TARGET_REPO}@v2", f"{DRAFT_REPO}@v2")
     assert pair2["warnings"] == []
-    r = cli("validate", pair2["pair_digest"], "--deployment", "chat-prod", "--json")
-    assert r.rc == 0, r.out + r.err
-    val2 = r.json()
-    assert val2["passed"], val2["gates"]
+    val2 = _validate(cli, pair2["pair_digest"], "--deployment", "chat-prod")
     a_v2d2 = _alpha(cli, val2["measurement_id"])
     sys.__stderr__.write(f"  v2/draft-v2 {a_v2d2}\n")
     assert a_v2d2["code"] > a_v2["code"] + (a_v1["code"] - a_v2["code"]) / 2
-    r = cli("promote", pair2["pair_digest"], "--deployment", "chat-prod",
-            "--reason", "draft re-distilled for v2")  # fmt: skip
-    assert r.rc == 0, r.err
-    dep = cli("deployment", "show", "chat-prod", "--json").json()
+    _ok(cli("promote", pair2["pair_digest"], "--deployment", "chat-prod",
+            "--reason", "draft re-distilled for v2"))  # fmt: skip
+    dep = _ok(cli("deployment", "show", "chat-prod", "--json")).json()
     assert dep["current_pair_digest"] == pair2["pair_digest"]
-    assert cli("audit", "verify").rc == 0
+
+    _serve_tag_and_audit(cli, home, real, pair2["pair_digest"], tmp_path)
+    _ok(cli("audit", "verify"))
+
+
+def _serve_tag_and_audit(cli: Any, home: Any, real: Any, digest: str, tmp_path: Path) -> None:
+    """Chat requests on ``pairreg serve`` (the live pair, fetched from the Hub and verified),
+    answered exactly as target-v2 answers alone, tagged, audited and bundled."""
+    from openai import OpenAI
+
+    from runner.measure import plain_greedy
+    from runner.models import load_causal_lm, load_tokenizer
+    from runner.render import encode_chat
+
+    tok = load_tokenizer(real.target_v2)
+    prompt_ids = encode_chat(tok, MESSAGES)
+    ref = plain_greedy(load_causal_lm(real.target_v2), prompt_ids, 16)
+    expected = tok.decode(ref, skip_special_tokens=True)
+    token = mint(home.db_url, role="ingest", name="serving")
+    server = ApiServer(home.db_url, tmp_path / "srv").start()
+    try:
+        client = OpenAI(base_url=f"{server.url}/v1", api_key=token, max_retries=0, timeout=600)
+        raw = client.chat.completions.with_raw_response.create(
+            model="chat-prod", messages=MESSAGES, max_tokens=16,
+            extra_headers={"x-request-id": "real-chat-1"},
+        )  # fmt: skip
+        assert raw.headers["x-pairreg-pair-digest"] == digest
+        assert raw.parse().choices[0].message.content == expected
+        streamed = client.chat.completions.create(
+            model="chat-prod", messages=MESSAGES, max_tokens=16, stream=True,
+            extra_headers={"x-request-id": "real-chat-2"},
+        )  # fmt: skip
+        assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == expected
+    finally:
+        server.stop()
+
+    shown = _ok(cli("audit", "request", "real-chat-1", "--json")).json()
+    assert shown["tag"]["pair_digest"] == digest
+    assert shown["tag"]["input_tokens"] == len(prompt_ids)
+    assert shown["tag"]["output_tokens"] == len(ref)
+    assert _ok(cli("audit", "request", "real-chat-2", "--json")).json()["tag"]["pair_digest"] == (
+        digest
+    )
+    bundle = tmp_path / "bundle.json"
+    _ok(cli("audit", "bundle", "real-chat-1", "-o", str(bundle)))
+    fetched = json.loads(
+        _ok(
+            cli(
+                "audit",
+                "fetch-weights",
+                str(bundle),
+                "--cache-dir",
+                str(tmp_path / "auditor"),
+                "--json",
+            )
+        ).out  # fmt: skip
+    )
+    assert [f["role"] for f in fetched] == ["target", "drafter"] and all(f["ok"] for f in fetched)
+    weights = [f"{f['role']}={f['path']}" for f in fetched]
+    args = ["audit", "verify-bundle", str(bundle), "--public-key", str(home.public_key_path)]
+    for w in weights:
+        args += ["--weights", w]
+    _ok(cli(*args))
