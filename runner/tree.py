@@ -33,26 +33,26 @@ Why sibling candidates must be *sampled* when sampling: the rule above is exact 
 candidates that really were drawn from ``q_i``. The top-k tokens of ``q`` were not: checking
 them with it over-accepts the draft's favourite tokens (a rejected test shows the skew).
 Sampling without replacement keeps the exactness and never wastes a node on a repeat, which
-i.i.d. draws from a confident head do often. The draws come from Gumbel-top-k
+i.i.d. draws do whenever ``q`` is peaked. The draws come from Gumbel-top-k
 (:class:`SiblingDraws`): tokens sorted by ``log q + Gumbel`` noise are successive draws
 without replacement, revealed one at a time.
 
-The tree's *shape* may depend on anything decided before a draw is made: whether a node
-gets a ``j``-th child may depend on the node's earlier draws, on every other node drawn
-before, and on their distributions, never on the ``j``-th draw itself or later ones, nor on
-the verifier's coins. Then, at every node, draw ``j``, given everything that decided its
-existence, is still a draw from ``q_j``, and the round-by-round argument above holds (a
-round after which no draw follows simply samples its residual). Dropping a drawn sibling
-because of its own value would break this. Under greedy decoding any tree is exact, so
-EAGLE-2's rerank (keep the best ``total_tokens`` nodes by cumulative draft confidence) is
-used there as published. Under sampling every drawn node is verified, and the budget is
-spent best-first, layer by layer (one head call per depth): the ``top_k`` most valuable
-nodes of a layer are expanded; a node's value is EAGLE-2's score (the product of draft
-probabilities along its path, a proxy for the chance the walk reaches it); a slot for the
-next draw below a node is worth ``value(node) * E[q(next draw) | earlier draws]``, and this
-layer's slots compete with projected nodes of the deeper layers (a projected node's ``j``-th
-child is worth its value times the layer's mean expected ``q`` of a ``j``-th draw), which
-only hold budget back and are re-planned with their real distributions.
+The tree's *shape* may depend on anything known before a node's draws are made (the
+history of earlier steps, the node's own path and distribution), never on the draws
+themselves nor on the verifier's coins: then, at every node, draw ``j`` is still a draw
+from ``q_j`` whatever the shape, and the round-by-round argument holds (a node with fewer
+draws just samples its residual sooner). Dropping a drawn sibling because of its own value
+would break this. Under greedy decoding any tree is exact, so EAGLE-2's rerank (keep the
+best ``total_tokens`` nodes by cumulative draft confidence) is used there as published.
+Under sampling every drawn node is verified, and a dynamic tree's shape is a rank tree
+planned before anything is drawn (:class:`AcceptanceProfile`, Sequoia-style): the drafter
+counts, over the trees it has seen verified, how often the ``j``-th draw below a node was
+accepted after the earlier ones were rejected; a node's value is the product of those
+rates along its path, and the ``total_tokens`` most valuable nodes are kept (best-first,
+with EAGLE-2's ``top_k`` draws per node and ``top_k`` expanded nodes per depth). Draft
+confidence (EAGLE-2's score) is not used there: a sampled draw is accepted with probability
+``min(1, p/q)``, often even when ``q`` is flat, so confidence products made the sampled
+trees wide and shallow and lowered tau on the tiny heads.
 """
 
 from __future__ import annotations
