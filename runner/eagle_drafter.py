@@ -15,7 +15,7 @@ from transformers import DynamicCache
 
 from runner.eagle import EagleHead
 from runner.models import tree_mask
-from runner.tree import DraftTree, ProbFn, TreeShape, build_tree
+from runner.tree import AcceptanceProfile, DraftTree, ProbFn, TreeShape, build_tree
 
 
 class EagleDrafter:
@@ -48,10 +48,15 @@ class EagleDrafter:
         self._root_hidden: torch.Tensor | None = None
         self._hidden: dict[int, torch.Tensor] = {}  # node -> its output hidden state
         self._slot: dict[int, int] = {}  # node -> its speculative cache entry
+        # sampled trees are planned from how past trees fared (kept across prompts)
+        self.profile = AcceptanceProfile()
+        self._last_tree: DraftTree | None = None
+        self._last_len = 0
 
     def start(self, prompt_ids: list[int]) -> None:
         self.cache = DynamicCache()
         self.n_real = 0
+        self._last_tree = None
 
     def commit(self, tokens: list[int]) -> None:
         pass
@@ -137,7 +142,13 @@ class EagleDrafter:
     def propose_tree(self, tokens: list[int], depth: int, hidden: torch.Tensor | None) -> DraftTree:
         root = self._ingest(tokens, hidden)
         assert self.tree is not None
-        return build_tree(self.tree, root, self._expand, depth, self.probs, self.generator)
+        if self._last_tree is not None and self.probs is not None:
+            self.profile.observe(self._last_tree, tokens[self._last_len :])
+        tree = build_tree(
+            self.tree, root, self._expand, depth, self.probs, self.generator, self.profile
+        )
+        self._last_tree, self._last_len = tree, len(tokens)
+        return tree
 
     def propose(
         self, tokens: list[int], k: int, hidden: torch.Tensor | None
