@@ -75,7 +75,11 @@ def locate(art: ArtifactRecord, *, cache_dir: str | os.PathLike[str] | None = No
 
         cache = Path(cache_dir) if cache_dir else default_cache_dir()  # read at call time
         snap = repo_cache_dir(art.hub_repo, cache) / "snapshots" / art.hub_commit
-        if snap.is_dir():
+        # registration may have fetched only the small files (config, tokenizer) and read
+        # the weights' hashes from the Hub's LFS metadata: a snapshot missing any manifest
+        # file is completed by the download below, not handed over incomplete
+        wanted = [e.path for e in art.manifest or []]
+        if snap.is_dir() and all((snap / rel).exists() for rel in wanted):
             return snap
         try:
             from huggingface_hub import snapshot_download

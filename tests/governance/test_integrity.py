@@ -91,6 +91,31 @@ def test_hub_snapshot_is_fetched_from_the_configured_endpoint_and_verified(
         materialise(record, state_dir=tmp_path / "v", cache_dir=cache)
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_partial_hub_snapshot_is_completed_before_it_is_verified(
+    home: Any, hub_server: HubServer, tmp_path: Path
+) -> None:
+    """A snapshot holding only the small files (what a tokenizer or config read leaves in
+    the cache) is completed from the Hub, not failed as 'missing model.safetensors'."""
+    from huggingface_hub import hf_hub_download
+
+    from registry.hub import default_endpoint
+
+    commit = hub_server.add_repo("org/partial", repo_files())
+    backend = local_backend(home)
+    art = backend.add_artifact(source="hf://org/partial@main", name="org/partial", role="target")
+    record = backend.get_artifact(ref=art.artifact.ref)
+    cache = tmp_path / "worker-cache"
+    hf_hub_download(
+        "org/partial", "config.json", revision=commit, cache_dir=str(cache),
+        endpoint=default_endpoint(),
+    )  # fmt: skip
+    snap = cache / "models--org--partial" / "snapshots" / commit
+    assert (snap / "config.json").exists() and not (snap / "model.safetensors").exists()
+    got = materialise(record, state_dir=tmp_path / "v", cache_dir=cache)
+    assert got.path == snap and (snap / "model.safetensors").exists()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_weights_edited_after_registration_fail_the_job_and_open_a_flag(
