@@ -77,6 +77,12 @@ VOLATILE = {
 }
 
 
+# One serving time for both runs of the scenario (tag digests cover it), after the
+# scenario's promotions, so a pair is live then: not a fixed date, which a later run of the
+# suite would pass (a fixed 2026-12-01 12:00 made every run after that day fail).
+SERVED = (datetime.now(UTC) + timedelta(hours=1)).replace(microsecond=0)
+
+
 def normalise(value: Any) -> Any:
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
@@ -228,7 +234,7 @@ def scenario(call: Recorder, models: dict[str, Path]) -> None:
          policy="loose")  # fmt: skip
     call("watch")
 
-    served = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    served = SERVED
     tags = [{"request_id": f"r-{i}", "deployment": "prod", "served_at": served,
              "input_tokens": 5, "output_tokens": 7} for i in range(3)]  # fmt: skip
     call("ingest_requests", tags=tags)
