@@ -6,7 +6,8 @@ Outputs of all three must match token for token (fp32 greedy); the script exits 
 otherwise. Target: pairreg >= 1.2x the tokens/s of transformers' assisted generation.
 
 ``--trees``: token tree vs chain for the same heads (Medusa with the tiny build's tree,
-EAGLE-1 and EAGLE-3 with an EAGLE-2 dynamic tree), greedy and at temperature 1, same
+EAGLE-1 and EAGLE-3 with an EAGLE-2 dynamic tree, by default of the size EAGLE-2's reference
+code ships: top_k 10, 60 nodes, at the chain's depth), greedy and at temperature 1, same
 prompts and seeds: tau (from the counters), tokens/s and verified nodes per step. Greedy
 outputs must equal plain greedy. Target: the tree raises tau by >= 20% over the chain for
 the same heads at temperature 1 (greedy tau on the tiny target is near its ceiling: its
