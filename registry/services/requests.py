@@ -305,7 +305,7 @@ def ingest_requests(
         )
     )
     # Online acceptance: after the event, so the write lock orders concurrent batches.
-    online.observe(session, [_online_row(r) for r in stored], actor=actor)
+    online.observe(session, _observations(parsed, stored), actor=actor)
     return IngestResult(
         received=len(parsed),
         stored=len(stored),
@@ -587,12 +587,21 @@ def maintain_partitions(session: Session, *, ahead: int = 3) -> dict[str, Any]:
     }
 
 
-def _online_row(row: Row) -> dict[str, Any]:
-    """The fields online monitoring reads from a stored tag (its counters parsed back)."""
-    return {
-        "request_id": row.request_id,
-        "served_at": row.served_at,
-        "deployment_id": row.deployment_id,
-        "pair_id": row.pair_id,
-        "spec": None if row.spec is None else json.loads(row.spec),
-    }
+def _observations(parsed: list[TagIn], stored: list[Row]) -> list[online.Observation]:
+    """What online monitoring reads from the stored tags: the spec counters come from the
+    validated tags (the stored spec is their canonical JSON, so they are the same values)."""
+    counters = {t.request_id: t.spec for t in parsed if t.spec is not None}
+    out = []
+    for r in stored:
+        sp = counters.get(r.request_id)
+        out.append(
+            online.Observation(
+                r.request_id,
+                r.served_at,
+                r.deployment_id,
+                r.pair_id,
+                None if sp is None else sp.num_draft_tokens,
+                None if sp is None else sp.num_accepted_draft_tokens,
+            )
+        )
+    return out
