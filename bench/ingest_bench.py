@@ -89,19 +89,6 @@ def setup_registry(url: str, tmp: Path) -> tuple[str, str]:
     return "bench", token
 
 
-def drop_tag_fks(url: str) -> None:
-    with _admin(url).connect() as conn:
-        for table, fk in FKS:
-            conn.execute(text(f"ALTER TABLE {table} DROP CONSTRAINT {fk}"))
-
-
-FKS = (
-    ("request_tags", "fk_request_tags_deployment_id_deployments"),
-    ("request_tags", "fk_request_tags_pair_id_pairs"),
-    ("request_ids", "fk_request_ids_batch_id_request_batches"),
-)
-
-
 def cpu_seconds(pids: list[int]) -> float:
     """User + system CPU of these processes so far (Linux ``/proc``); gone ones count 0."""
     total = 0
@@ -324,12 +311,6 @@ def main() -> None:
     ap.add_argument("--lookups", type=int, default=2000)
     ap.add_argument("--port", type=int, default=18765)
     ap.add_argument("--keep", action="store_true", help="Keep the scratch database.")
-    ap.add_argument(
-        "--what-if-no-fks",
-        action="store_true",
-        help="Drop the per-row foreign keys of request_ids/request_tags in the scratch database "
-        "first: what they cost (the COPY baseline has none). Not the shipped schema.",
-    )
     args = ap.parse_args()
 
     url = scratch_db(args.pg)
@@ -337,8 +318,6 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             deployment, token = setup_registry(url, Path(tmp))
-            if args.what_if_no_fks:
-                drop_tag_fks(url)
             tags = make_tags(args.tags, deployment)
             proc = start_api(url, Path(tmp) / "home", args.port, args.workers)
             servers = process_tree(proc.pid)
@@ -364,7 +343,6 @@ def main() -> None:
             copy_rate = args.tags / copy_s
             print(json.dumps({
                 "tags": args.tags, "stored": stored, "batch": args.batch,
-                "what_if_no_fks": args.what_if_no_fks,
                 "clients": args.clients, "api_workers": args.workers,
                 "api_seconds": round(api_s, 2), "api_tags_per_s": round(api_rate),
                 "copy_seconds": round(copy_s, 2), "copy_tags_per_s": round(copy_rate),
