@@ -38,6 +38,7 @@ from registry.audit import append_event
 from registry.bundle_verify import format_time, merkle_root
 from registry.canonical import digest_of
 from registry.errors import InvalidInput, NotFound
+from registry.gc_pause import gc_paused
 from registry.models import (
     Deployment,
     DeploymentEvent,
@@ -262,6 +263,11 @@ def ingest_requests(
     actor: str,
 ) -> IngestResult:
     """Store a batch of tags; the same tags again change nothing (see the module docstring)."""
+    with gc_paused():  # the batch's objects all live until it ends: nothing to collect
+        return _ingest(session, tags, actor)
+
+
+def _ingest(session: Session, tags: Sequence[TagIn | dict[str, Any]], actor: str) -> IngestResult:
     parsed = _parse_tags(tags)
     if not parsed:
         return IngestResult(received=0, stored=0, duplicates=0, inconsistent=0)
