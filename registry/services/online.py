@@ -150,8 +150,7 @@ def _observe_group(
     session: Session, dep_id: int, pair_id: int, rows: list[Observation], actor: str
 ) -> None:
     dep = session.get(Deployment, dep_id)
-    pair = session.get(Pair, pair_id)
-    assert dep is not None and pair is not None
+    assert dep is not None
     mon = session.scalar(
         select(OnlineMonitor).where(
             OnlineMonitor.deployment_id == dep_id, OnlineMonitor.pair_id == pair_id
@@ -219,13 +218,13 @@ def _observe_group(
                 if step(drop, x, reference) >= line:
                     sync()
                     mon.drop_test = drop.as_dict()
-                    _alarm(session, mon, dep, pair, r.served_at, actor)
+                    _alarm(session, mon, dep, _pair(session, pair_id), r.served_at, actor)
                     recovery, state = online_stats.BettingState(), mon.state
             elif state == "alarmed":
                 if step(recovery, 1.0 - x, 1.0 - reference) >= line:
                     sync()
                     mon.recovery_test = recovery.as_dict()
-                    _recover(session, mon, pair, r.served_at, actor)
+                    _recover(session, mon, _pair(session, pair_id), r.served_at, actor)
                     drop, state = online_stats.BettingState(), mon.state
         sums[start] = [b_req, b_tested, b_drafted, b_accepted, b_rate, drop.log_wealth, state]
     for start, values in sums.items():
@@ -240,6 +239,13 @@ def _observe_group(
     mon.recovery_test = recovery.as_dict() if state == "alarmed" else None
     mon.updated_at = utcnow()
     session.flush()
+
+
+def _pair(session: Session, pair_id: int) -> Pair:
+    """The pair, loaded only when an alarm or a recovery needs it (it joins both artifacts)."""
+    pair = session.get(Pair, pair_id)
+    assert pair is not None
+    return pair
 
 
 def _follow_manual_close(session: Session, mon: OnlineMonitor) -> None:

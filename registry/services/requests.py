@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
+import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -64,13 +65,7 @@ from registry.services import online
 from registry.services.artifacts import to_record as artifact_record
 from registry.services.base import check_limit, operation
 from registry.services.pairs import to_record as pair_record
-from registry.tag_encoding import (
-    counters_json,
-    json_string,
-    spec_json,
-    tag_digest_hex,
-    time_text,
-)
+from registry.tag_encoding import json_string, tag_json, time_texts, validated_counters_json
 from registry.tag_store import Row, conflict
 
 _CHUNK = 5000  # ids per IN (...) list; SQLite's variable limit is 32766
@@ -198,51 +193,59 @@ def _rows(session: Session, parsed: list[TagIn]) -> tuple[list[Row], list[str]]:
                 )
             }
         )
-    dep_json = {name: json_string(name) for name in dep_names}
+    # Per deployment, once: its id, its name as JSON, its moves (for a binary search per tag).
+    per_dep = {
+        name: (dep_id, json_string(name), timelines[dep_id].times, timelines[dep_id].pair_ids)
+        for name, dep_id in deps.items()
+    }
     pair_json = {i: json_string(d) for i, d in digest_of_pair.items()}
+    sha256, served_text = hashlib.sha256, time_texts()
 
     rows: dict[str, Row] = {}
     for i, tag in enumerate(parsed):
-        dep_id = deps[tag.deployment]
-        live, _ = timelines[dep_id].live_at(tag.served_at)
+        dep_id, dep_text, times, live_ids = per_dep[tag.deployment]
+        at = tag.served_at
+        k = bisect.bisect_right(times, at) - 1  # Timeline.live_at, inlined
+        live = live_ids[k] if k >= 0 else None
         if tag.pair_digest is None:
             if live is None:
                 raise InvalidInput(
                     f"tags[{i}]: no pair was live on {tag.deployment} at "
-                    f"{format_time(tag.served_at)}, so the pair digest cannot be filled in",
+                    f"{format_time(at)}, so the pair digest cannot be filled in",
                     field=f"tags.{i}.pair_digest",
                 )
             pair_id, filled, consistent = live, True, True
         else:
             pair_id, filled = pair_ids[tag.pair_digest], False
             consistent = pair_id == live
-        sp = tag.spec
+        sp = tag.spec  # a validated SpecCounters: plain ints
         spec = (
             None
             if sp is None
-            else counters_json(
+            else validated_counters_json(
                 sp.num_spec_steps,
                 sp.num_draft_tokens,
                 sp.num_accepted_draft_tokens,
                 sp.acceptance_histogram,
             )
-            or spec_json(sp.model_dump())
         )
-        digest = tag_digest_hex(
-            tag.request_id,
-            dep_json[tag.deployment],
-            pair_json[pair_id],
-            time_text(tag.served_at),
-            tag.input_tokens,
-            tag.output_tokens,
-            "null" if spec is None else spec,
-        )
+        digest = sha256(
+            tag_json(
+                tag.request_id,
+                dep_text,
+                pair_json[pair_id],
+                served_text(at),
+                tag.input_tokens,
+                tag.output_tokens,
+                "null" if spec is None else spec,
+            )
+        ).hexdigest()
         prior = rows.get(tag.request_id)
         if prior is not None and prior.tag_digest != digest:
             raise conflict([tag.request_id])
         rows[tag.request_id] = Row(
             tag.request_id,
-            tag.served_at,
+            at,
             dep_id,
             pair_id,
             tag.input_tokens,
