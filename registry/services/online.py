@@ -19,10 +19,11 @@ request come from the deployment policy's ``[online]`` section.
 
 It runs on ingest (``requests.ingest_requests`` calls :func:`observe`) inside the ingest
 transaction, after the audit event took the registry's write lock, so concurrent batches
-update a monitor one at a time and in one order. Within a batch, tags are fed in
-``(served_at, request_id)`` order; batches in arrival order. The e-process only needs each
-bet fixed before its observation is seen, which holds in any order chosen without looking
-at the values.
+update a monitor one at a time and in one order; what needs no monitor (grouping, ordering,
+bucketing the batch's rows: :func:`prepare`) is done before the lock. Within a batch,
+tags are fed in ``(served_at, request_id)`` order; batches in arrival order. The e-process
+only needs each bet fixed before its observation is seen, which holds in any order chosen
+without looking at the values.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from operator import attrgetter
 from typing import Annotated, Any, NamedTuple
@@ -129,16 +131,42 @@ class Observation(NamedTuple):
     accepted: int | None
 
 
-def observe(session: Session, rows: Sequence[Observation], *, actor: str) -> None:
-    """Feed freshly stored tags to their monitors."""
-    groups: dict[tuple[int, int], list[Observation]] = defaultdict(list)
+@dataclass
+class Group:
+    """One (deployment, pair)'s observations from a batch, in ``(served_at, request_id)``
+    order, with each one's bucket start (epoch seconds) and those buckets' instants."""
+
+    deployment_id: int
+    pair_id: int
+    rows: list[Observation]
+    starts: list[int]
+    stamps: dict[int, datetime]
+
+
+def prepare(rows: Sequence[Observation]) -> list[Group]:
+    """The part of :func:`observe` that reads no monitor: run it before taking the write
+    lock, so the lock is held for less."""
+    by_key: dict[tuple[int, int], list[Observation]] = defaultdict(list)
     for r in rows:
-        groups[(r.deployment_id, r.pair_id)].append(r)
-    for (dep_id, pair_id), group in sorted(groups.items()):
+        by_key[(r.deployment_id, r.pair_id)].append(r)
+    out = []
+    for (dep_id, pair_id), group in sorted(by_key.items()):
         # (served_at, request_id) order: two stable sorts, cheap on ingest's id-sorted rows.
         group.sort(key=_request_id)
         group.sort(key=_served_at)
-        _observe_group(session, dep_id, pair_id, group, actor)
+        # Bucket of each row (its epoch second rounded down, as _bucket_start does): rows
+        # are in served_at order, so each bucket is one run of rows.
+        epochs = [int(r.served_at.timestamp()) for r in group]
+        starts = [e - e % BUCKET_SECONDS for e in epochs]
+        stamps = {e: datetime.fromtimestamp(e, UTC) for e in dict.fromkeys(starts)}
+        out.append(Group(dep_id, pair_id, group, starts, stamps))
+    return out
+
+
+def observe(session: Session, groups: Sequence[Group], *, actor: str) -> None:
+    """Feed freshly stored tags (their :func:`prepare` groups) to their monitors."""
+    for group in groups:
+        _observe_group(session, group, actor)
 
 
 _request_id = attrgetter("request_id")
@@ -146,9 +174,14 @@ _served_at = attrgetter("served_at")
 _KEYS = ("requests", "tested", "drafted", "accepted", "rate_sum")
 
 
-def _observe_group(
-    session: Session, dep_id: int, pair_id: int, rows: list[Observation], actor: str
-) -> None:
+def _observe_group(session: Session, group: Group, actor: str) -> None:
+    dep_id, pair_id, rows, starts, stamps = (
+        group.deployment_id,
+        group.pair_id,
+        group.rows,
+        group.starts,
+        group.stamps,
+    )
     dep = session.get(Deployment, dep_id)
     assert dep is not None
     mon = session.scalar(
@@ -159,11 +192,6 @@ def _observe_group(
     if mon is None:
         mon = _new_monitor(session, dep, pair_id)
     _follow_manual_close(session, mon)
-    # Bucket of each row (its epoch second rounded down, as _bucket_start does): rows are in
-    # served_at order, so each bucket is one run of rows.
-    epochs = [int(r.served_at.timestamp()) for r in rows]
-    starts = [e - e % BUCKET_SECONDS for e in epochs]
-    stamps = {e: datetime.fromtimestamp(e, UTC) for e in dict.fromkeys(starts)}
     buckets = {
         b.start.astimezone(UTC): b
         for b in session.scalars(

@@ -283,6 +283,7 @@ def _ingest(session: Session, tags: Sequence[TagIn | dict[str, Any]], actor: str
     inconsistent_ids = [r.request_id for r in stored if not r.consistent]
     root = merkle_root([r.tag_digest for r in stored])
     times = [r.served_at for r in stored]
+    observed = online.prepare(_observations(parsed, stored))  # before the write lock
     event = append_event(
         session,
         actor=actor,
@@ -314,7 +315,7 @@ def _ingest(session: Session, tags: Sequence[TagIn | dict[str, Any]], actor: str
         )
     )
     # Online acceptance: after the event, so the write lock orders concurrent batches.
-    online.observe(session, _observations(parsed, stored), actor=actor)
+    online.observe(session, observed, actor=actor)
     return IngestResult(
         received=len(parsed),
         stored=len(stored),
