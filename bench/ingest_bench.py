@@ -321,10 +321,15 @@ def main() -> None:
             tags = make_tags(args.tags, deployment)
             proc = start_api(url, Path(tmp) / "home", args.port, args.workers)
             servers = process_tree(proc.pid)
-            cpu0 = cpu_seconds(servers + backend_pids(url))
+            backends0 = backend_pids(url)
+            server0, backend0 = cpu_seconds(servers), cpu_seconds(backends0)
             api_s, client_cpu = ingest_via_api(args.port, token, tags, args.batch, args.clients)
             # API workers, their PostgreSQL backends and the HTTP clients (this process).
-            api_cpu = cpu_seconds(servers + backend_pids(url)) - cpu0 + client_cpu
+            # (Backends that appeared during the run started from zero.)
+            backends = sorted(set(backend_pids(url)) | set(backends0))
+            server_cpu = cpu_seconds(servers) - server0
+            backend_cpu = cpu_seconds(backends) - backend0
+            api_cpu = server_cpu + backend_cpu + client_cpu
             proc.terminate()
             proc.wait(30)
             proc = None
@@ -340,6 +345,7 @@ def main() -> None:
             lat = lookups(url, [tags[i]["request_id"] for i in sample])
             sql_lat = sql_lookups(url, [tags[i]["request_id"] for i in sample])
             api_rate = args.tags / api_s
+            n_batches = -(-args.tags // args.batch)
             copy_rate = args.tags / copy_s
             print(json.dumps({
                 "tags": args.tags, "stored": stored, "batch": args.batch,
@@ -349,6 +355,12 @@ def main() -> None:
                 "ratio_api_to_copy": round(api_rate / copy_rate, 3),
                 "api_cpu_seconds": round(api_cpu, 2), "copy_cpu_seconds": round(copy_cpu, 2),
                 "cpu_ratio_api_to_copy": round(copy_cpu / api_cpu, 3),
+                "api_cpu_per_batch_s": {
+                    "api_workers": round(server_cpu / n_batches, 4),
+                    "postgresql_backends": round(backend_cpu / n_batches, 4),
+                    "http_clients": round(client_cpu / n_batches, 4),
+                },
+                "load_average": [round(x, 2) for x in os.getloadavg()],
                 "lookup_by_request_id_service": lat,
                 "lookup_by_request_id_sql": sql_lat,
                 "tagger_tag_us": round(tagger_cost(), 2),
