@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import Depends, FastAPI
 
 from api import metrics, tracing
+from api.ingest_gc import IngestGcPause
 from api.limits import BodyLimit, BodyLimits
 from api.params import strict_query
 from api.problems import install_problem_handlers, problem_openapi
@@ -36,6 +37,7 @@ def create_app(settings: Settings | None = None, **state: Any) -> FastAPI:
     for key, value in state.items():
         setattr(app.state, key, value)
     install_problem_handlers(app)
+    app.add_middleware(IngestGcPause)  # ingest batches: no cyclic GC once the body is in
     # Outermost: a body over its route family's cap is refused before anything reads it.
     app.add_middleware(BodyLimit, limits=BodyLimits.from_settings(settings))
     for module_name in ROUTERS:

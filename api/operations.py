@@ -21,6 +21,7 @@ from pydantic.fields import FieldInfo
 from sqlalchemy.exc import DBAPIError
 
 from api.auth import Principal, require
+from api.json_body import direct_json_route
 from registry.contract.operations import OPERATIONS
 from registry.contract.spec import CallContext, Operation, Param
 from registry.db import session_scope
@@ -158,7 +159,14 @@ def build_router() -> APIRouter:
             "responses": responses,
             "operation_id": op.name,
         }
-        router.add_api_route(op.path, _endpoint(op, read_body=True), methods=[op.method], **common)
+        direct = op.json_body_direct and op.body_model is not None
+        router.add_api_route(
+            op.path,
+            _endpoint(op, read_body=True),
+            methods=[op.method],
+            route_class_override=direct_json_route(op.body_model) if direct else None,  # type: ignore[arg-type]
+            **common,
+        )
         if op.also_get:
             router.add_api_route(
                 op.path,

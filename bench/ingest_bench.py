@@ -89,19 +89,6 @@ def setup_registry(url: str, tmp: Path) -> tuple[str, str]:
     return "bench", token
 
 
-def drop_tag_fks(url: str) -> None:
-    with _admin(url).connect() as conn:
-        for table, fk in FKS:
-            conn.execute(text(f"ALTER TABLE {table} DROP CONSTRAINT {fk}"))
-
-
-FKS = (
-    ("request_tags", "fk_request_tags_deployment_id_deployments"),
-    ("request_tags", "fk_request_tags_pair_id_pairs"),
-    ("request_ids", "fk_request_ids_batch_id_request_batches"),
-)
-
-
 def cpu_seconds(pids: list[int]) -> float:
     """User + system CPU of these processes so far (Linux ``/proc``); gone ones count 0."""
     total = 0
@@ -324,12 +311,6 @@ def main() -> None:
     ap.add_argument("--lookups", type=int, default=2000)
     ap.add_argument("--port", type=int, default=18765)
     ap.add_argument("--keep", action="store_true", help="Keep the scratch database.")
-    ap.add_argument(
-        "--what-if-no-fks",
-        action="store_true",
-        help="Drop the per-row foreign keys of request_ids/request_tags in the scratch database "
-        "first: what they cost (the COPY baseline has none). Not the shipped schema.",
-    )
     args = ap.parse_args()
 
     url = scratch_db(args.pg)
@@ -337,15 +318,18 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             deployment, token = setup_registry(url, Path(tmp))
-            if args.what_if_no_fks:
-                drop_tag_fks(url)
             tags = make_tags(args.tags, deployment)
             proc = start_api(url, Path(tmp) / "home", args.port, args.workers)
             servers = process_tree(proc.pid)
-            cpu0 = cpu_seconds(servers + backend_pids(url))
+            backends0 = backend_pids(url)
+            server0, backend0 = cpu_seconds(servers), cpu_seconds(backends0)
             api_s, client_cpu = ingest_via_api(args.port, token, tags, args.batch, args.clients)
             # API workers, their PostgreSQL backends and the HTTP clients (this process).
-            api_cpu = cpu_seconds(servers + backend_pids(url)) - cpu0 + client_cpu
+            # (Backends that appeared during the run started from zero.)
+            backends = sorted(set(backend_pids(url)) | set(backends0))
+            server_cpu = cpu_seconds(servers) - server0
+            backend_cpu = cpu_seconds(backends) - backend0
+            api_cpu = server_cpu + backend_cpu + client_cpu
             proc.terminate()
             proc.wait(30)
             proc = None
@@ -361,16 +345,22 @@ def main() -> None:
             lat = lookups(url, [tags[i]["request_id"] for i in sample])
             sql_lat = sql_lookups(url, [tags[i]["request_id"] for i in sample])
             api_rate = args.tags / api_s
+            n_batches = -(-args.tags // args.batch)
             copy_rate = args.tags / copy_s
             print(json.dumps({
                 "tags": args.tags, "stored": stored, "batch": args.batch,
-                "what_if_no_fks": args.what_if_no_fks,
                 "clients": args.clients, "api_workers": args.workers,
                 "api_seconds": round(api_s, 2), "api_tags_per_s": round(api_rate),
                 "copy_seconds": round(copy_s, 2), "copy_tags_per_s": round(copy_rate),
                 "ratio_api_to_copy": round(api_rate / copy_rate, 3),
                 "api_cpu_seconds": round(api_cpu, 2), "copy_cpu_seconds": round(copy_cpu, 2),
                 "cpu_ratio_api_to_copy": round(copy_cpu / api_cpu, 3),
+                "api_cpu_per_batch_s": {
+                    "api_workers": round(server_cpu / n_batches, 4),
+                    "postgresql_backends": round(backend_cpu / n_batches, 4),
+                    "http_clients": round(client_cpu / n_batches, 4),
+                },
+                "load_average": [round(x, 2) for x in os.getloadavg()],
                 "lookup_by_request_id_service": lat,
                 "lookup_by_request_id_sql": sql_lat,
                 "tagger_tag_us": round(tagger_cost(), 2),

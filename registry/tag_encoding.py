@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json.encoder
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,6 +35,38 @@ def time_text(value: datetime) -> str:
     if utc.year < 1000:  # strftime's %Y does not pad; keep its form exactly
         return format_time(value)
     return utc.isoformat(timespec="microseconds")[:-6] + "Z"
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def time_texts() -> Callable[[datetime], str]:
+    """:func:`time_text` with a cache of the text up to the second (one per batch): a batch
+    spans few seconds, and ``isoformat`` costs more than the rest of a tag's digest. The
+    instant's whole seconds since the epoch key the cached ``YYYY-MM-DDTHH:MM:SS`` prefix;
+    the microseconds are appended, so every text equals ``time_text(value)``."""
+    cache: dict[int, str] = {}
+
+    def text(value: datetime) -> str:
+        d = value - _EPOCH  # exact: days, seconds in [0, 86400), microseconds
+        key = d.days * 86400 + d.seconds
+        prefix = cache.get(key)
+        if prefix is None:
+            prefix = cache[key] = time_text(value)[:-8]  # drop ".ffffffZ"
+        return f"{prefix}.{d.microseconds:06d}Z"
+
+    return text
+
+
+def validated_counters_json(steps: int, drafted: int, accepted: int, histogram: Any) -> str:
+    """:func:`counters_json` for counters pydantic validated as ``int``/``list[int]``, which
+    it always returns as exact ``int`` (``tests/requests/test_tag_encoding.py`` checks
+    that), so no type is checked here."""
+    h = "null" if histogram is None else "[" + ",".join(map(str, histogram)) + "]"
+    return (
+        f'{{"acceptance_histogram":{h},"num_accepted_draft_tokens":{accepted},'
+        f'"num_draft_tokens":{drafted},"num_spec_steps":{steps}}}'
+    )
 
 
 def counters_json(steps: Any, drafted: Any, accepted: Any, histogram: Any) -> str | None:

@@ -620,6 +620,7 @@ OPERATIONS: tuple[Operation, ...] = (
         errors=NFC,
         status=201,
         unchanged=(lambda r: r.stored == 0, 200, "Nothing new: every tag existed"),
+        json_body_direct=True,  # batches of up to 10,000 tags
     ),
     Operation(
         requests.list_requests,

@@ -98,6 +98,7 @@ class Operation:
     response_model: Any = None  # documented shape when the annotation is too loose (a dict)
     examples: tuple[dict[str, Any], ...] = ()
     local_only: str | None = None  # why this runs only against the database (no route)
+    json_body_direct: bool = False  # large bodies: validated from the bytes (api/json_body.py)
 
     @property
     def name(self) -> str:

@@ -15,6 +15,14 @@ Why three tables for tags:
   one tag's membership with a Merkle inclusion path instead of shipping the whole batch.
 
 SQLite gets the same tables, unpartitioned.
+
+References without per-row foreign keys (migration 0008): ``request_tags.deployment_id``,
+``request_tags.pair_id`` and ``request_ids.batch_id`` are checked once per batch instead of
+once per row. Ingest is the only writer and takes every id from the same transaction
+(deployments and pairs looked up by name and digest, the batch row inserted by the statement
+that inserts its ids); the database keeps the referenced rows in place: ``pairs`` and
+``deployments`` refuse ``DELETE`` and id changes, ``request_batches`` refuses them while
+request ids name the batch (triggers, both dialects).
 """
 
 from __future__ import annotations
@@ -62,7 +70,7 @@ class RequestId(Base):
     request_id: Mapped[str] = mapped_column(String(200), primary_key=True)
     served_at: Mapped[datetime] = mapped_column(UTCDateTime())
     tag_digest: Mapped[str] = mapped_column(String(64))
-    batch_id: Mapped[int] = mapped_column(ForeignKey("request_batches.id"))
+    batch_id: Mapped[int] = mapped_column(Integer)  # request_batches.id (see module notes)
 
 
 class RequestTag(Base):
@@ -77,8 +85,8 @@ class RequestTag(Base):
 
     request_id: Mapped[str] = mapped_column(String(200), primary_key=True)
     served_at: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
-    deployment_id: Mapped[int] = mapped_column(ForeignKey("deployments.id"))
-    pair_id: Mapped[int] = mapped_column(ForeignKey("pairs.id"))
+    deployment_id: Mapped[int] = mapped_column(Integer)  # deployments.id (see module notes)
+    pair_id: Mapped[int] = mapped_column(Integer)  # pairs.id (see module notes)
     input_tokens: Mapped[int] = mapped_column(Integer)
     output_tokens: Mapped[int] = mapped_column(Integer)
     spec: Mapped[dict[str, Any] | None] = mapped_column(JSON)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
+import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from registry.audit import append_event
 from registry.bundle_verify import format_time, merkle_root
 from registry.canonical import digest_of
 from registry.errors import InvalidInput, NotFound
+from registry.gc_pause import gc_paused
 from registry.models import (
     Deployment,
     DeploymentEvent,
@@ -63,13 +65,7 @@ from registry.services import online
 from registry.services.artifacts import to_record as artifact_record
 from registry.services.base import check_limit, operation
 from registry.services.pairs import to_record as pair_record
-from registry.tag_encoding import (
-    counters_json,
-    json_string,
-    spec_json,
-    tag_digest_hex,
-    time_text,
-)
+from registry.tag_encoding import json_string, tag_json, time_texts, validated_counters_json
 from registry.tag_store import Row, conflict
 
 _CHUNK = 5000  # ids per IN (...) list; SQLite's variable limit is 32766
@@ -197,51 +193,59 @@ def _rows(session: Session, parsed: list[TagIn]) -> tuple[list[Row], list[str]]:
                 )
             }
         )
-    dep_json = {name: json_string(name) for name in dep_names}
+    # Per deployment, once: its id, its name as JSON, its moves (for a binary search per tag).
+    per_dep = {
+        name: (dep_id, json_string(name), timelines[dep_id].times, timelines[dep_id].pair_ids)
+        for name, dep_id in deps.items()
+    }
     pair_json = {i: json_string(d) for i, d in digest_of_pair.items()}
+    sha256, served_text = hashlib.sha256, time_texts()
 
     rows: dict[str, Row] = {}
     for i, tag in enumerate(parsed):
-        dep_id = deps[tag.deployment]
-        live, _ = timelines[dep_id].live_at(tag.served_at)
+        dep_id, dep_text, times, live_ids = per_dep[tag.deployment]
+        at = tag.served_at
+        k = bisect.bisect_right(times, at) - 1  # Timeline.live_at, inlined
+        live = live_ids[k] if k >= 0 else None
         if tag.pair_digest is None:
             if live is None:
                 raise InvalidInput(
                     f"tags[{i}]: no pair was live on {tag.deployment} at "
-                    f"{format_time(tag.served_at)}, so the pair digest cannot be filled in",
+                    f"{format_time(at)}, so the pair digest cannot be filled in",
                     field=f"tags.{i}.pair_digest",
                 )
             pair_id, filled, consistent = live, True, True
         else:
             pair_id, filled = pair_ids[tag.pair_digest], False
             consistent = pair_id == live
-        sp = tag.spec
+        sp = tag.spec  # a validated SpecCounters: plain ints
         spec = (
             None
             if sp is None
-            else counters_json(
+            else validated_counters_json(
                 sp.num_spec_steps,
                 sp.num_draft_tokens,
                 sp.num_accepted_draft_tokens,
                 sp.acceptance_histogram,
             )
-            or spec_json(sp.model_dump())
         )
-        digest = tag_digest_hex(
-            tag.request_id,
-            dep_json[tag.deployment],
-            pair_json[pair_id],
-            time_text(tag.served_at),
-            tag.input_tokens,
-            tag.output_tokens,
-            "null" if spec is None else spec,
-        )
+        digest = sha256(
+            tag_json(
+                tag.request_id,
+                dep_text,
+                pair_json[pair_id],
+                served_text(at),
+                tag.input_tokens,
+                tag.output_tokens,
+                "null" if spec is None else spec,
+            )
+        ).hexdigest()
         prior = rows.get(tag.request_id)
         if prior is not None and prior.tag_digest != digest:
             raise conflict([tag.request_id])
         rows[tag.request_id] = Row(
             tag.request_id,
-            tag.served_at,
+            at,
             dep_id,
             pair_id,
             tag.input_tokens,
@@ -262,6 +266,11 @@ def ingest_requests(
     actor: str,
 ) -> IngestResult:
     """Store a batch of tags; the same tags again change nothing (see the module docstring)."""
+    with gc_paused():  # the batch's objects all live until it ends: nothing to collect
+        return _ingest(session, tags, actor)
+
+
+def _ingest(session: Session, tags: Sequence[TagIn | dict[str, Any]], actor: str) -> IngestResult:
     parsed = _parse_tags(tags)
     if not parsed:
         return IngestResult(received=0, stored=0, duplicates=0, inconsistent=0)
@@ -274,6 +283,7 @@ def ingest_requests(
     inconsistent_ids = [r.request_id for r in stored if not r.consistent]
     root = merkle_root([r.tag_digest for r in stored])
     times = [r.served_at for r in stored]
+    observed = online.prepare(_observations(parsed, stored))  # before the write lock
     event = append_event(
         session,
         actor=actor,
@@ -305,7 +315,7 @@ def ingest_requests(
         )
     )
     # Online acceptance: after the event, so the write lock orders concurrent batches.
-    online.observe(session, [_online_row(r) for r in stored], actor=actor)
+    online.observe(session, observed, actor=actor)
     return IngestResult(
         received=len(parsed),
         stored=len(stored),
@@ -587,12 +597,21 @@ def maintain_partitions(session: Session, *, ahead: int = 3) -> dict[str, Any]:
     }
 
 
-def _online_row(row: Row) -> dict[str, Any]:
-    """The fields online monitoring reads from a stored tag (its counters parsed back)."""
-    return {
-        "request_id": row.request_id,
-        "served_at": row.served_at,
-        "deployment_id": row.deployment_id,
-        "pair_id": row.pair_id,
-        "spec": None if row.spec is None else json.loads(row.spec),
-    }
+def _observations(parsed: list[TagIn], stored: list[Row]) -> list[online.Observation]:
+    """What online monitoring reads from the stored tags: the spec counters come from the
+    validated tags (the stored spec is their canonical JSON, so they are the same values)."""
+    counters = {t.request_id: t.spec for t in parsed if t.spec is not None}
+    out = []
+    for r in stored:
+        sp = counters.get(r.request_id)
+        out.append(
+            online.Observation(
+                r.request_id,
+                r.served_at,
+                r.deployment_id,
+                r.pair_id,
+                None if sp is None else sp.num_draft_tokens,
+                None if sp is None else sp.num_accepted_draft_tokens,
+            )
+        )
+    return out

@@ -8,6 +8,8 @@ streams sit exactly on the boundary of the null (mean = reference), the hardest 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -38,6 +40,32 @@ def test_vectorised_matches_the_stored_update() -> None:
         assert state.n == len(row) and state.x_sum == pytest.approx(row.sum())
         back = online_stats.BettingState.from_dict(state.as_dict())
         assert back == state
+
+
+def _reference_update(
+    s: online_stats.BettingState, x: float, m: float
+) -> online_stats.BettingState:
+    """The update as first written (a new state per observation), kept to pin the bits."""
+    x = min(max(float(x), 0.0), 1.0)
+    y = (m - x) / max(m, 1.0 - m, 1e-12)
+    growth = 1.0 + s.bet * y
+    z = y / growth
+    ons_sum = s.ons_sum + z * z
+    bet = min(max(s.bet + 2.0 / (2.0 - math.log(3.0)) * z / ons_sum, 0.0), 0.5)
+    return online_stats.BettingState(
+        s.log_wealth + math.log(growth), bet, ons_sum, s.n + 1, s.x_sum + x
+    )
+
+
+def test_in_place_step_is_bit_identical_to_the_update() -> None:
+    rng = np.random.default_rng(8)
+    for m in (REFERENCE, 1.0 - REFERENCE, 0.3):
+        ref, fast = online_stats.BettingState(), online_stats.BettingState()
+        for x in streams(rng, 0.5, 1, 2000)[0]:
+            ref = _reference_update(ref, float(x), m)
+            assert online_stats.step(fast, float(x), m) == ref.log_wealth
+            assert fast == ref  # every field, exactly
+        assert online_stats.update(ref, 0.25, m) == _reference_update(ref, 0.25, m)
 
 
 @pytest.mark.parametrize("level", [0.05, 0.01])

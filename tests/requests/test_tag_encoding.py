@@ -153,3 +153,61 @@ def test_counters_json_from_the_validated_model() -> None:
         )
         assert fast == canonical_json(sc.model_dump()).decode()
     assert counters_json(1, 2, 3, (1, 2)) is None  # not a list: left to the slow path
+
+
+def test_cached_time_texts_match_format_time() -> None:
+    from registry.tag_encoding import time_texts
+
+    rng = random.Random(9)
+    text = time_texts()
+    base = datetime(2026, 11, 29, 14, 0, 0, tzinfo=UTC)
+    plus5 = timezone(timedelta(hours=5, minutes=30))
+    times = _times(rng) + [
+        datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),  # before the epoch
+        datetime(1, 1, 1, tzinfo=UTC),
+        datetime(1000, 1, 1, 0, 0, 0, 1, tzinfo=UTC),
+    ]
+    for _ in range(3000):  # many per second, as in a batch: the cache is hit
+        at = base + timedelta(microseconds=rng.randrange(5 * 10**6))
+        times.append(at.astimezone(plus5) if rng.random() < 0.3 else at)
+    for at in times + times:
+        assert text(at) == format_time(at)
+
+
+def test_validated_counters_are_plain_ints_and_encode_canonically() -> None:
+    """pydantic returns exact ints for int fields, whatever int-like came in: the unchecked
+    encoder relies on it."""
+    import enum
+
+    from registry.records_requests import SpecCounters, TagIn
+    from registry.tag_encoding import validated_counters_json
+
+    class Level(enum.IntEnum):
+        three = 3
+
+    class Sub(int):
+        pass
+
+    rng = random.Random(4)
+    for odd in (True, Level.three, Sub(4), 5.0, "6", 2**70):
+        raw = {
+            "num_spec_steps": odd,
+            "num_draft_tokens": rng.randrange(10**6),
+            "num_accepted_draft_tokens": odd,
+            "acceptance_histogram": rng.choice([None, [], [odd, 1, odd]]),
+        }
+        sc = TagIn.model_validate(
+            {"request_id": "r", "deployment": "d", "served_at": "2026-01-01T00:00:00Z",
+             "input_tokens": odd, "spec": raw}
+        ).spec  # fmt: skip
+        assert isinstance(sc, SpecCounters)
+        values = [sc.num_spec_steps, sc.num_draft_tokens, sc.num_accepted_draft_tokens]
+        values += sc.acceptance_histogram or []
+        assert all(type(v) is int for v in values)
+        fast = validated_counters_json(
+            sc.num_spec_steps,
+            sc.num_draft_tokens,
+            sc.num_accepted_draft_tokens,
+            sc.acceptance_histogram,
+        )
+        assert fast == canonical_json(sc.model_dump()).decode()
