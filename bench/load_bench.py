@@ -30,6 +30,7 @@ import itertools
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -208,9 +209,15 @@ class Load:
         # another client promoted the same pair a moment ago: "already live" is the answer
         return op == "promote" and code == 409
 
-    async def client(self, http: httpx.AsyncClient, deadline: float, seed_: int) -> None:
+    async def client(
+        self, http: httpx.AsyncClient, deadline: float, seed_: int, think_s: float = 0.0
+    ) -> None:
         rng = random.Random(seed_)
         while time.monotonic() < deadline:
+            if think_s > 0:  # a user between requests: exponential, mean think_s
+                await asyncio.sleep(min(rng.expovariate(1 / think_s), deadline - time.monotonic()))
+                if time.monotonic() >= deadline:
+                    break
             op = rng.choices(self.ops, self.weights)[0]
             req = self.request_for(op, rng)
             if req is None:
@@ -229,6 +236,13 @@ class Load:
                 self.unexpected.append(f"{op}: {resp.status_code} {resp.text[:200]}")
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -237,7 +251,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def run_load(
-    url: str, token: str, load: Load, clients: int, duration: float, pid: int
+    url: str, token: str, load: Load, clients: int, duration: float, pid: int, think_s: float
 ) -> dict[str, Any]:
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     headers = {"Authorization": f"Bearer {token}"}
@@ -259,6 +273,7 @@ async def run_load(
             (await http.request(req[0], req[1], **req[2])).raise_for_status()
             baseline.append(time.perf_counter() - t0)
         load1_before = os.getloadavg()[0]
+        cpu_before = (cpu_s(pid), time.process_time())
         start = time.monotonic()
         deadline = start + duration
 
@@ -267,11 +282,15 @@ async def run_load(
                 rss.append((time.monotonic() - start, rss_kb(pid)))
                 await asyncio.sleep(0.5)
 
-        tasks = [load.client(http, deadline, i) for i in range(clients)]
+        tasks = [load.client(http, deadline, i, think_s) for i in range(clients)]
         await asyncio.gather(sample(), *tasks)
         elapsed = time.monotonic() - start
+        server_cpu = cpu_s(pid) - cpu_before[0]
+        client_cpu = time.process_time() - cpu_before[1]
+        cpu = {"server_cores": round(server_cpu / elapsed, 2),
+               "bench_client_cores": round(client_cpu / elapsed, 2)}  # fmt: skip
     return {"elapsed_s": elapsed, "rss": rss, "load1_before": load1_before, "baseline": baseline,
-            "load1_after": os.getloadavg()[0]}  # fmt: skip
+            "load1_after": os.getloadavg()[0], "cpu": cpu}  # fmt: skip
 
 
 def main() -> int:
@@ -286,7 +305,14 @@ def main() -> int:
         default=400,
         help="Fresh model directories to register (each registered once).",
     )
-    ap.add_argument("--keep", action="store_true", help="Keep the scratch database.")
+    ap.add_argument(
+        "--think-ms",
+        type=float,
+        default=0.0,
+        help="Mean think time between a client's requests (exponential); 0, the default, "
+        "is a closed loop with a request always in flight per client.",
+    )
+    ap.add_argument("--keep", action="store_true", help="Keep the scratch database and files.")
     args = ap.parse_args()
 
     from registry.services.system import initialise, read_credentials
@@ -312,8 +338,14 @@ def main() -> int:
         load = Load(data, args.batch)
         run = asyncio.run(
             run_load(
-                f"http://127.0.0.1:{port}", token, load, args.clients, args.duration, proc.pid
-            )  # fmt: skip
+                f"http://127.0.0.1:{port}",
+                token,
+                load,
+                args.clients,
+                args.duration,
+                proc.pid,
+                args.think_ms / 1000,
+            )
         )
         peak_kb = rss_kb(proc.pid, "VmHWM")
         rss = run["rss"]
@@ -334,6 +366,7 @@ def main() -> int:
                 proc.kill()
         if not args.keep:
             drop_db(args.postgres, url)
+            shutil.rmtree(tmp, ignore_errors=True)
 
     total = sum(len(v) for v in load.lat.values())
     five_xx = sum(n for st in load.status.values() for code, n in st.items() if code >= 500)
@@ -355,6 +388,7 @@ def main() -> int:
     lookup_lat = [x for op in LOOKUPS for x in load.lat[op]]
     report = {
         "clients": args.clients,
+        "think_ms": args.think_ms,
         "duration_s": round(run["elapsed_s"], 1),
         "requests": total,
         "throughput_rps": round(total / run["elapsed_s"], 1),
@@ -379,6 +413,7 @@ def main() -> int:
             "peak": round(peak_kb / 1024, 1),
         },
         "audit_verify": {"rc": verify.returncode, "out": verify.stdout.strip()[-300:]},
+        "cpu_during_load": run["cpu"],
         "machine": {
             "cpus": os.cpu_count(),
             "load1_before": round(run["load1_before"], 2),
