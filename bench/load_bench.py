@@ -253,7 +253,11 @@ def pct(values: list[float], q: float) -> float:
 async def run_load(
     url: str, token: str, load: Load, clients: int, duration: float, pid: int, think_s: float
 ) -> dict[str, Any]:
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    # keepalive_expiry under the server's 5 s keep-alive: a connection the server is about
+    # to close is not reused (otherwise a request can meet the close: a ReadError)
+    limits = httpx.Limits(
+        max_connections=clients, max_keepalive_connections=clients, keepalive_expiry=2.0
+    )
     headers = {"Authorization": f"Bearer {token}"}
     rss: list[tuple[float, int]] = []
     async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits,

@@ -8,6 +8,7 @@ from functools import partial
 import typer
 
 from cli.render import console
+from registry import db
 from registry.services.system import initialise
 from registry.settings import get_settings
 
@@ -45,6 +46,8 @@ def serve(
 
         start_background_worker(settings)
         console.print("background worker: on (PAIRREG_EMBEDDED_WORKER=0 turns it off)")
+    # The lanes' threads (api/lanes.py) find their connections open, not opened under load.
+    db.warm_pool(settings.db_url, settings.read_concurrency + settings.write_concurrency)
     uvicorn.run(
         create_app(settings),
         host=host,

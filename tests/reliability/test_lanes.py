@@ -115,3 +115,13 @@ def test_reads_answer_while_writes_wait_on_the_write_lock(db_url: str, tmp_path:
         names = s.execute(text("SELECT name FROM api_tokens WHERE name LIKE 'w%'")).scalars()
         assert sorted(names) == [f"w{i:02d}" for i in range(WRITES)]
         assert verify_chain(s).ok
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_warm_pool_keeps_the_lanes_connections_open(db_url: str) -> None:
+    """`pairreg serve` opens the lanes' connections before taking load, and the pool keeps
+    them (with 10 kept, connections past the tenth were opened and closed under load)."""
+    db.dispose_engines()
+    assert db.warm_pool(db_url, 20) == 20
+    assert get_engine(db_url).pool.checkedin() == 20  # type: ignore[attr-defined]
+    db.dispose_engines()
