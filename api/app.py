@@ -9,6 +9,7 @@ from fastapi import Depends, FastAPI
 
 from api import metrics, tracing
 from api.ingest_gc import IngestGcPause
+from api.lanes import Lanes
 from api.limits import BodyLimit, BodyLimits
 from api.params import strict_query
 from api.problems import install_problem_handlers, problem_openapi
@@ -34,6 +35,8 @@ def create_app(settings: Settings | None = None, **state: Any) -> FastAPI:
     app.state.settings = settings
     app.state.tracer = tracing.tracer(state.pop("tracer_provider", None) or provider_from_env())
     app.state.db_url = settings.db_url
+    # Operation routes run in a read or a write lane of worker threads (api/lanes.py).
+    app.state.lanes = Lanes.from_settings(settings)
     for key, value in state.items():
         setattr(app.state, key, value)
     install_problem_handlers(app)

@@ -4,7 +4,8 @@ Each route authenticates the caller against the operation's roles, reads path, q
 body parameters as the contract places them, runs the service in one transaction with the
 caller as actor (committed before the response is built, so a 2xx means durable; a
 deadlock victim or a connection lost mid-transaction is rolled back and run again), and
-answers with the operation's status. Nothing here knows any single operation.
+answers with the operation's status. Nothing here knows any single operation. Reads and
+writes run in separate lanes of worker threads (api/lanes.py).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from pydantic.fields import FieldInfo
 from sqlalchemy.exc import DBAPIError
 
-from api.auth import Principal, require
+from api.auth import Principal, require_in_read_lane
 from api.json_body import direct_json_route
+from api.lanes import lanes
 from registry.contract.operations import OPERATIONS
 from registry.contract.spec import CallContext, Operation, Param
 from registry.db import session_scope
@@ -65,11 +67,15 @@ def _http_param(p: Param) -> inspect.Parameter:
 
 
 def _endpoint(op: Operation, *, read_body: bool) -> Any:
-    """A route function with a synthesised signature FastAPI can read."""
+    """A route function with a synthesised signature FastAPI can read.
+
+    The service runs on a worker thread of the operation's lane (api/lanes.py): ``GET``
+    operations in the read lane, the others in the write lane, so reads never wait for a
+    thread behind writes queued on the registry's write lock."""
     body_model = op.body_model if read_body else None
     text = op.params_in("text")
 
-    def endpoint(request: Request, response: Response, **kwargs: Any) -> Any:
+    def call(request: Request, response: Response, kwargs: dict[str, Any]) -> Any:
         principal: Principal = kwargs.pop("_principal")
         values: dict[str, Any] = {}
         body = kwargs.pop("_body", None)
@@ -96,6 +102,11 @@ def _endpoint(op: Operation, *, read_body: bool) -> Any:
         response.status_code = op.status_for(result)
         return result
 
+    async def endpoint(request: Request, response: Response, **kwargs: Any) -> Any:
+        # the operation's method, not the route's: a write's GET alias is still a write
+        lane = lanes(request).for_method(op.method)
+        return await lane.run(call, request, response, kwargs)
+
     params = [
         inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request),
         inspect.Parameter("response", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Response),
@@ -103,7 +114,7 @@ def _endpoint(op: Operation, *, read_body: bool) -> Any:
             "_principal",
             inspect.Parameter.KEYWORD_ONLY,
             annotation=Principal,
-            default=Depends(require(op.roles)),
+            default=Depends(require_in_read_lane(op.roles)),
         ),
     ]
     params += [_http_param(p) for p in op.params_in("path", "query")]

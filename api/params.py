@@ -22,11 +22,12 @@ def _is_sequence(annotation: Any) -> bool:
     return any(_is_sequence(arg) for arg in get_args(annotation))
 
 
-def strict_query(request: Request) -> None:
+async def strict_query(request: Request) -> None:
     """Refuse query parameters a route does not declare, and repeats of single-valued ones.
 
     Request bodies already forbid unknown fields; without this, ``?limt=5`` or
     ``?role=a&role=b`` would be silently ignored or half-read instead of answered 422.
+    Async (no I/O): as a plain function it took a worker thread per request.
     """
     route = request.scope.get("route")
     dependant = getattr(route, "dependant", None)

@@ -44,6 +44,7 @@ def _install_sqlite_pragmas(engine: Engine) -> None:
 
 
 _ENGINES: dict[str, Engine] = {}
+POOL_SIZE = 20  # connections a server-database engine keeps open (plus 10 overflow)
 _SESSIONMAKERS: dict[str, sessionmaker[Session]] = {}
 
 
@@ -66,9 +67,28 @@ def get_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"timeout": 30})
         _install_sqlite_pragmas(engine)
     else:
-        engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+        # At most 30 connections, as before; 20 are kept open rather than 10, so the API's
+        # read and write lanes (16 + 4 threads by default, api/lanes.py) do not open and
+        # close a connection per request once more than 10 are busy.
+        engine = create_engine(url, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=10)
     _ENGINES[url] = engine
     return engine
+
+
+def warm_pool(url: str, connections: int) -> int:
+    """Open up to ``connections`` pooled connections now (a server about to take load),
+    rather than while the first burst of requests waits for them. Returns how many."""
+    engine = get_engine(url)
+    if is_sqlite(url):
+        return 0
+    held = []
+    try:
+        for _ in range(min(connections, POOL_SIZE)):
+            held.append(engine.connect())
+    finally:
+        for conn in held:
+            conn.close()
+    return len(held)
 
 
 def dispose_engines() -> None:

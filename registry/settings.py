@@ -52,6 +52,20 @@ class Settings(BaseSettings):
     header_timeout: float = Field(
         default=10.0, gt=0, description="Seconds a request's headers may take (then closed)."
     )
+    read_concurrency: int = Field(
+        default=16,
+        ge=1,
+        le=20,
+        description="API worker threads for read (GET) operations; they never wait behind "
+        "writes (api/lanes.py).",
+    )
+    write_concurrency: int = Field(
+        default=4,
+        ge=1,
+        le=6,
+        description="API write operations run at once; further writes wait their turn "
+        "without holding a thread or a database connection (api/lanes.py).",
+    )
     artifact_roots: str | None = Field(
         default=None,
         description="Directories (separated by the OS path separator, ':' on POSIX) under "

@@ -1,0 +1,102 @@
+"""Two lanes of worker threads for the operation routes: reads apart from writes.
+
+The routes' service calls are synchronous (SQLAlchemy sessions), so each runs on a worker
+thread. Left to Starlette's one shared pool (anyio's default limiter, 40 threads), a burst
+of writes takes every thread: writers serialise on the registry's write lock (the audit
+chain is linear), so all but one sit in a thread *and* a pooled database connection
+waiting for that lock, and a look-up that needs a thread and a connection for a few
+milliseconds waits behind them (under the load benchmark: 28 of 40 threads on the lock, 7
+more waiting for the connection pool, p99 look-up 0.4-0.8 s).
+
+Here an operation runs in the lane of its kind: ``GET`` operations in the read lane, every
+other method in the write lane (its GET alias too, e.g. a full chain verification).
+Each lane is a capacity limiter of its own size; a call waiting for a place waits in the
+event loop, holding neither a thread nor a connection. Writes beyond
+``PAIRREG_WRITE_CONCURRENCY`` queue there (in arrival order) rather than each holding a
+thread and a connection to wait on the lock, so a read is never queued behind writes;
+reads get ``PAIRREG_READ_CONCURRENCY`` threads of their own. Both together (at most 20 + 6,
+see ``registry.settings``) stay under the database pool (``registry.db``: 10 + 20
+overflow), so a lane's call does not wait for a connection and a few are left for the
+other routes and the embedded worker.
+
+A limiter belongs to one event loop, so each lane keeps one per running loop (tests run
+apps under several).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+import anyio
+import anyio.to_thread
+from starlette.requests import HTTPConnection
+
+from registry.settings import Settings
+
+T = TypeVar("T")
+LaneName = Literal["read", "write"]
+
+
+@dataclass
+class Lane:
+    """A bounded number of worker threads; callers beyond it wait without a thread."""
+
+    name: LaneName
+    size: int
+    running: int = 0  # calls in a thread now
+    peak: int = 0  # most calls in a thread at once (tests, diagnostics)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter] = field(
+        default_factory=weakref.WeakKeyDictionary, repr=False
+    )
+
+    def limiter(self) -> anyio.CapacityLimiter:
+        loop = asyncio.get_running_loop()
+        lim = self._limiters.get(loop)
+        if lim is None:
+            lim = self._limiters[loop] = anyio.CapacityLimiter(self.size)
+        return lim
+
+    @property
+    def waiting(self) -> int:
+        """Calls waiting for a place, over every loop."""
+        return sum(lim.statistics().tasks_waiting for lim in list(self._limiters.values()))
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        def counted() -> T:
+            with self._lock:
+                self.running += 1
+                self.peak = max(self.peak, self.running)
+            try:
+                return fn(*args)
+            finally:
+                with self._lock:
+                    self.running -= 1
+
+        return await anyio.to_thread.run_sync(counted, limiter=self.limiter())
+
+
+@dataclass
+class Lanes:
+    read: Lane
+    write: Lane
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Lanes:
+        return cls(
+            read=Lane("read", settings.read_concurrency),
+            write=Lane("write", settings.write_concurrency),
+        )
+
+    def for_method(self, method: str) -> Lane:
+        return self.read if method.upper() == "GET" else self.write
+
+
+def lanes(conn: HTTPConnection) -> Lanes:
+    """The lanes of the app serving ``conn``."""
+    return conn.app.state.lanes  # type: ignore[no-any-return]
