@@ -167,6 +167,9 @@ def alpha(args: argparse.Namespace) -> int:
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--real", action="store_true", help="real pair: engine vs transformers")
     ap.add_argument("--real-alpha", action="store_true", help="real pair: α per category")
+    ap.add_argument(
+        "--real-heads", action="store_true", help="real pair: EAGLE heads vs the draft (α, τ)"
+    )
     ap.add_argument("--raw", action="store_true", help="--real-alpha: raw prompts (as validated)")
     ap.add_argument("--real-dir", default=None, help="real build dir (default: cache)")
     ap.add_argument("--suites", default="code,creative,summarization")

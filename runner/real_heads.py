@@ -43,7 +43,7 @@ HEADS_RECIPE: dict[str, Any] = {
     "seed": 20251202,
     "threads": 1,
     "data": "target-v1 greedy answers (the model build's answers set)",
-    "steps": 320,
+    "steps": 256,
     "batch": 2,
     "lr": 3e-3,
     "ttt_steps": 3,
