@@ -10,6 +10,8 @@ Targets on two CPU cores: >= 1.3x assisted generation, overhead <= 10%.
 target-v2/draft-v2 (chat-rendered prompts from the built-in suites; ``--raw``: the prompts
 encoded as the validator encodes them, raw text after BOS), with the build's wall and CPU
 time.
+
+``--real-heads``: the EAGLE heads against the draft (``bench/real_heads.py``).
 """
 
 from __future__ import annotations
