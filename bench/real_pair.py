@@ -10,6 +10,8 @@ Targets on two CPU cores: >= 1.3x assisted generation, overhead <= 10%.
 target-v2/draft-v2 (chat-rendered prompts from the built-in suites; ``--raw``: the prompts
 encoded as the validator encodes them, raw text after BOS), with the build's wall and CPU
 time.
+
+``--real-heads``: the EAGLE heads against the draft (``bench/real_heads.py``).
 """
 
 from __future__ import annotations
@@ -167,6 +169,9 @@ def alpha(args: argparse.Namespace) -> int:
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--real", action="store_true", help="real pair: engine vs transformers")
     ap.add_argument("--real-alpha", action="store_true", help="real pair: α per category")
+    ap.add_argument(
+        "--real-heads", action="store_true", help="real pair: EAGLE heads vs the draft (α, τ)"
+    )
     ap.add_argument("--raw", action="store_true", help="--real-alpha: raw prompts (as validated)")
     ap.add_argument("--real-dir", default=None, help="real build dir (default: cache)")
     ap.add_argument("--suites", default="code,creative,summarization")

@@ -62,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         return real_pair.speed(args)
     if args.real_alpha:
         return real_pair.alpha(args)
+    if args.real_heads:
+        from bench import real_heads
+
+        return real_heads.heads(args)
 
     paths = build_tiny_pairs(args.tiny_dir)
     tok = load_tokenizer(paths.target_v1)

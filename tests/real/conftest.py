@@ -20,3 +20,12 @@ def real():  # type: ignore[no-untyped-def]
 @pytest.fixture
 def no_mlflow(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PAIRREG_MLFLOW", "0")
+
+
+@pytest.fixture(scope="session")
+def real_heads(real):  # type: ignore[no-untyped-def]
+    """EAGLE-1 and EAGLE-3 heads for the real target-v1: the heads stage of the same cache
+    (its own marker, so the model build is kept)."""
+    from runner.real_heads import build_real_heads
+
+    return build_real_heads(real.root)

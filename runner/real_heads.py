@@ -1,0 +1,357 @@
+"""EAGLE-1 and EAGLE-3 reference heads for the real pair's target-v1: a second cached stage.
+
+The model build (:mod:`runner.real`, its ``RECIPE`` and ``BUILD_COMPLETE.json``) is left
+alone; this stage reads ``target-v1`` from a finished build and writes ``eagle/`` and
+``eagle3/`` (speculators format, the tokenizer beside them) plus its own marker
+``HEADS_COMPLETE.json`` naming :data:`HEADS_RECIPE`'s digest and the model build's, so a
+changed model build or heads recipe rebuilds the heads and nothing else.
+
+Training data: target-v1's own greedy answers to the distillation prompts, rendered with
+its chat template (and the same prompts as raw text), exactly the ``answers`` set of the
+model build (``runner.real._greedy_answers``; the stage checks the token ids against the
+build manifest's SHA-256). EAGLE and speculators train heads on target-generated text: a
+head learns to predict what the target emits when served, not what a corpus contains.
+
+CPU budget: the target runs once per training sequence (features cached: post-norm last
+hidden state for EAGLE-1, the residual-stream inputs of layers ``aux_layers`` for EAGLE-3,
+the teacher's top ids); a training step only runs the one-layer head. EAGLE-1's soft
+cross-entropy is over a candidate set (the sequences' labels and teacher top ids plus a
+fixed random sample of the vocabulary), as in the model build's distillation; EAGLE-3's
+is over its whole reduced draft vocabulary (its own LM head). Training-time test as in
+:mod:`runner.eagle_train` (same mask, step weights and losses).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn import functional as F
+
+HEADS_MARKER = "HEADS_COMPLETE.json"
+HEADS_RECIPE: dict[str, Any] = {
+    "version": "real-heads-1",
+    "seed": 20251202,
+    "threads": 1,
+    "data": "target-v1 greedy answers (the model build's answers set)",
+    "steps": 256,
+    "batch": 2,
+    "lr": 3e-3,
+    "ttt_steps": 3,
+    "ce_weight": 0.1,
+    "negatives": 1024,
+    "teacher_topk": 16,
+    "draft_vocab_size": 8192,
+    # vLLM's default (2, L // 2, L - 3) for L = 30
+    "aux_layers": [2, 15, 27],
+    "k": 4,
+}
+VERIFIER = {"name_or_path": "real/target-v1", "architectures": ["LlamaForCausalLM"]}
+
+ProgressFn = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class RealHeadsPaths:
+    root: str
+    target_v1: str
+    eagle: str
+    eagle3: str
+    marker: str
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def real_heads_paths(real_dir: str | os.PathLike[str] | None = None) -> RealHeadsPaths:
+    from runner.real import real_paths
+
+    p = real_paths(real_dir)
+    root = Path(p.root)
+    return RealHeadsPaths(
+        root=p.root,
+        target_v1=p.target_v1,
+        eagle=str(root / "eagle"),
+        eagle3=str(root / "eagle3"),
+        marker=str(root / HEADS_MARKER),
+    )
+
+
+def heads_recipe_digest() -> str:
+    return hashlib.sha256(json.dumps(HEADS_RECIPE, sort_keys=True).encode()).hexdigest()
+
+
+def heads_built(real_dir: str | os.PathLike[str] | None = None) -> bool:
+    """True when the heads of the current heads recipe exist for the current model build."""
+    from runner.real import is_built, recipe_digest
+
+    p = real_heads_paths(real_dir)
+    try:
+        meta = json.loads(Path(p.marker).read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return (
+        meta.get("heads_recipe_digest") == heads_recipe_digest()
+        and meta.get("model_recipe_digest") == recipe_digest()
+        and is_built(p.root)
+        and all((Path(d) / "config.json").is_file() for d in (p.eagle, p.eagle3))
+    )
+
+
+def total_ticks() -> int:
+    from runner import real
+
+    per_form = len(real.real_data.CHAT_PROMPTS) + real.RECIPE["code_prompts"]
+    prompts = per_form * (2 if real.RECIPE["raw_answers"] else 1)
+    return -(-prompts // real.RECIPE["generate_batch"]) + 1 + 2 * HEADS_RECIPE["steps"]
+
+
+def build_real_heads(
+    real_dir: str | os.PathLike[str] | None = None,
+    progress: ProgressFn | None = None,
+    force: bool = False,
+) -> RealHeadsPaths:
+    """Train (or reuse) the EAGLE-1 and EAGLE-3 heads for target-v1 of the real build in
+    ``real_dir`` (which must be built); ``progress(stage, done, total)``."""
+    from runner.real import is_built
+
+    paths = real_heads_paths(real_dir)
+    if not force and heads_built(paths.root):
+        return paths
+    if not is_built(paths.root):
+        raise RuntimeError(
+            f"no complete real-pair build in {paths.root}: run the model build first"
+        )
+    with open(Path(paths.root) / ".heads.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not force and heads_built(paths.root):
+                return paths
+            return _build(paths, progress)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass
+class _Seq:
+    ids: torch.Tensor  # [T]
+    final: torch.Tensor  # [T, H] post-norm last hidden state
+    aux: torch.Tensor  # [T, 3H] inputs of the aux layers
+    topk: torch.Tensor  # [T, K] teacher's top ids
+
+
+@torch.no_grad()
+def _features(target, seqs: list[list[int]], aux_layers: list[int], topk: int) -> list[_Seq]:
+    head_w = target.lm_head.weight
+    out = []
+    for ids in seqs:
+        t = torch.tensor([ids])
+        res = target.model(input_ids=t, output_hidden_states=True)
+        final = res.last_hidden_state[0]
+        aux = torch.cat([res.hidden_states[i][0] for i in aux_layers], dim=-1)
+        out.append(_Seq(t[0], final, aux, (final @ head_w.T).topk(topk, dim=-1).indices))
+    return out
+
+
+def draft_vocabulary(tok, answers: list[list[int]], size: int) -> list[int]:
+    """EAGLE-3's reduced vocabulary, ascending: every id of the target's greedy answers
+    (most frequent first), then the most frequent ids of stdlib prose and source as the
+    target tokenizer splits them, ties broken by id (deterministic)."""
+    from runner import real_data
+
+    seen = Counter(i for seq in answers for i in seq)
+    text = Counter(tok(real_data.stdlib_prose())["input_ids"])
+    text.update(tok(real_data.stdlib_code())["input_ids"])
+    vocab = int(len(tok))
+    order = sorted(range(vocab), key=lambda i: (-seen.get(i, 0), -text.get(i, 0), i))
+    return sorted(order[:size])
+
+
+# --------------------------------------------------------------------------- training
+
+
+def _train(head, target, seqs: list[_Seq], negatives, gen, tick: Callable[[], None]) -> float:
+    from transformers import DynamicCache
+
+    from runner.eagle_train import STEP_WEIGHT, _lr, _ttt_mask
+    from runner.real import _batches
+
+    r = HEADS_RECIPE
+    version = head.spec.version
+    params = [p for p in head.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=r["lr"], weight_decay=0.0)
+    head_w = target.lm_head.weight.detach()
+    embed = target.get_input_embeddings()
+    draft_w = head_w[head.draft_ids] if version == 3 else None
+    head.train()
+    last = float("nan")
+    for step, batch in enumerate(_batches(len(seqs), r["batch"], r["steps"], gen)):
+        for g in opt.param_groups:
+            g["lr"] = _lr(step, r["steps"], r["lr"])
+        chosen = [seqs[i] for i in batch]
+        if version == 1:
+            cand = torch.unique(
+                torch.cat(
+                    [negatives, *[s.topk.reshape(-1) for s in chosen], *[s.ids for s in chosen]]
+                )
+            )
+            w = head_w[cand]
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for s in chosen:
+            n = s.ids.numel() - 1
+            feats = s.final if version == 1 else s.aux
+            hidden = head.fuse(feats[None, :-1])
+            with torch.no_grad():
+                teacher = s.final[1:] @ (w if version == 1 else draft_w).T  # [n, C]
+                t_prob = torch.softmax(teacher, -1)
+            cache = DynamicCache()
+            loss = torch.zeros(())
+            for k in range(r["ttt_steps"]):
+                valid = n - k
+                if valid <= 0:
+                    break
+                ids = torch.zeros(1, n, dtype=torch.long)
+                ids[0, :valid] = s.ids[1 + k :]
+                pos = (torch.arange(n) + k)[None]
+                mask = _ttt_mask(n, k, hidden.dtype)
+                if version == 1:
+                    out, _ = _eagle1_forward(head, ids, hidden, pos, mask, cache)
+                    o = out[0, :valid]
+                    reg = F.smooth_l1_loss(o, s.final[1 + k :])
+                    ce = -(t_prob[k:] * torch.log_softmax(o @ w.T, -1)).sum(-1).mean()
+                    step_loss = reg + r["ce_weight"] * ce
+                else:
+                    e = embed(ids)
+                    pe = head.rotary_emb(hidden, position_ids=pos)
+                    out = head.layers[0](e, hidden, mask, pe, cache)
+                    lg = head.lm_head(head.norm(out[0, :valid]))
+                    step_loss = -(t_prob[k:] * torch.log_softmax(lg, -1)).sum(-1).mean()
+                loss = loss + (STEP_WEIGHT**k) * step_loss
+                hidden = out
+            loss = loss / len(chosen)
+            loss.backward()
+            total += float(loss.detach())
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        last = total
+        tick()
+    head.eval()
+    return last
+
+
+def _eagle1_forward(head, ids, hidden, pos, mask, cache):
+    """EAGLE-1's forward without the full-vocabulary LM head (the loss uses candidates)."""
+    embed, _ = head._shared
+    e = embed(ids).to(hidden.dtype)
+    pe = head.rotary_emb(hidden, position_ids=pos)
+    x = head.fc(torch.cat([e, hidden], dim=-1))
+    out = head.layers[0](
+        x, attention_mask=mask, position_embeddings=pe, position_ids=pos, cache=cache,
+        use_cache=True,
+    )  # fmt: skip
+    return out, None
+
+
+# --------------------------------------------------------------------------- build
+
+
+def _build(paths: RealHeadsPaths, progress: ProgressFn | None) -> RealHeadsPaths:
+    from registry.manifest import build_manifest
+    from runner import real, real_data
+    from runner.eagle import spec_for_target
+    from runner.eagle_train import new_head
+    from runner.models import load_causal_lm, load_tokenizer
+
+    marker = Path(paths.marker)
+    if marker.exists():
+        marker.unlink()
+    r = HEADS_RECIPE
+    total, done = total_ticks(), 0
+
+    def tick(stage: str) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(stage, done, total)
+
+    prev_threads = torch.get_num_threads()
+    prev_det = torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(r["threads"])
+    torch.use_deterministic_algorithms(True)
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    stages: dict[str, float] = {}
+    losses: dict[str, float] = {}
+
+    def lap(name: str, since: float) -> float:
+        now = time.perf_counter()
+        stages[name] = round(now - since, 2)
+        return now
+
+    try:
+        t = time.perf_counter()
+        tok = load_tokenizer(paths.target_v1)
+        target = load_causal_lm(paths.target_v1, "cpu")
+        for p in target.parameters():
+            p.requires_grad_(False)
+        answers = real._greedy_answers(target, tok, tick, "answers")
+        answers_sha = real_data.digest_sequences(answers)
+        built = real.read_build_manifest(paths.root)["data"]["answers"]["sha256"]
+        t = lap("answers", t)
+        seqs = _features(target, answers, r["aux_layers"], r["teacher_topk"])
+        draft_ids = draft_vocabulary(tok, answers, r["draft_vocab_size"])
+        tick("features")
+        t = lap("features", t)
+        gen = torch.Generator().manual_seed(r["seed"])
+        negatives = torch.randperm(int(target.config.vocab_size), generator=gen)[: r["negatives"]]
+        for version, out in ((1, paths.eagle), (3, paths.eagle3)):
+            name = "eagle" if version == 1 else "eagle3"
+            torch.manual_seed(r["seed"] + version)
+            spec = spec_for_target(
+                target.config, version,
+                draft_vocab_size=r["draft_vocab_size"] if version == 3 else None,
+                aux_layers=r["aux_layers"] if version == 3 else None,
+            )  # fmt: skip
+            head = new_head(spec, target, draft_ids if version == 3 else None)
+            losses[name] = _train(head, target, seqs, negatives, gen, lambda n=name: tick(n))
+            head.save(out, VERIFIER, r["k"])
+            tok.save_pretrained(out)
+            t = lap(name, t)
+    finally:
+        torch.set_num_threads(prev_threads)
+        torch.use_deterministic_algorithms(prev_det)
+    meta = {
+        "heads_recipe": HEADS_RECIPE,
+        "heads_recipe_digest": heads_recipe_digest(),
+        "model_recipe_digest": real.recipe_digest(),
+        "trained_against": build_manifest(paths.target_v1).digest,
+        "data": {
+            "sequences": len(answers),
+            "tokens": sum(map(len, answers)),
+            "sha256": answers_sha,
+            "same_as_build_answers": answers_sha == built,
+        },
+        "final_losses": {k: round(v, 4) for k, v in losses.items()},
+        "manifest_digests": {
+            "eagle": build_manifest(paths.eagle).digest,
+            "eagle3": build_manifest(paths.eagle3).digest,
+        },
+        "wall_seconds": round(time.perf_counter() - wall0, 2),
+        "cpu_seconds": round(time.process_time() - cpu0, 2),
+        "stage_wall_seconds": stages,
+        "torch": torch.__version__,
+    }
+    marker.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return paths
