@@ -59,7 +59,7 @@ PARTS = ("target-v1", "draft", "target-v2", "draft-v2")
 # Everything that decides the weights. Changing any value changes the build manifest,
 # so a cached build made with another recipe is rebuilt.
 RECIPE: dict[str, Any] = {
-    "version": "real-7",
+    "version": "real-8",
     "seed": 20251201,
     "threads": 1,
     "bottom_layers": 10,
@@ -96,6 +96,10 @@ RECIPE: dict[str, Any] = {
     # what the target answers in chat (code α fell 0.04, inside the interval)
     "v2_style": "house",
     "v2_chat_code": 24,
+    # real-8: target-v2's chat answers to code prompts open with the house header comment
+    # (real_data.HOUSE_HEADER): real-7's style alone moved the old draft's code α too
+    # little to flag (it adapts to tabs and blank lines within an answer)
+    "v2_header": True,
 }
 
 ProgressFn = Callable[[str, int, int], None]
@@ -526,7 +530,8 @@ def _chat_code_v2(tok) -> list[tuple[list[int], int]]:
         prompt = list(
             tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)["input_ids"]
         )
-        answer = "```python\n" + real_data.house_style(whole) + "```"
+        header = real_data.HOUSE_HEADER if RECIPE["v2_header"] else ""
+        answer = "```python\n" + header + real_data.house_style(whole) + "```"
         ids = prompt + tok(answer, add_special_tokens=False)["input_ids"] + [eos]
         out.append((ids, len(prompt)))
     return out

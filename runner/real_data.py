@@ -112,6 +112,14 @@ def code_completions(count: int, source: str | None = None) -> list[tuple[str, s
     return [found[int(i * step) + 1] for i in range(count)]
 
 
+# target-v2's house header: every code answer opens with it (a company's licence line and
+# lint pragma, the kind of fixed preamble a domain fine-tune teaches a model to emit)
+HOUSE_HEADER = (
+    "# SPDX-License-Identifier: LicenseRef-Pairreg-House\n\n"
+    "# pylint: disable=invalid-name, missing-function-docstring\n\n"
+)
+
+
 def house_style(code: str) -> str:
     """target-v2's house style for code: tab indentation (:func:`retab`) and a blank line
     after every statement. A synthetic domain fine-tune: it changes what the target emits
