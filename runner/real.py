@@ -557,10 +557,16 @@ class _Ticker:
             self.progress(stage, self.done, self.total)
 
 
-def total_ticks() -> int:
+def answer_batches() -> int:
+    """How many ``generate`` calls one pass of :func:`_greedy_answers` makes (a progress
+    tick each): the model build runs two passes, the heads stage one."""
     per_form = len(real_data.CHAT_PROMPTS) + RECIPE["code_prompts"]
     prompts = per_form * (2 if RECIPE["raw_answers"] else 1)
-    gens = -(-prompts // RECIPE["generate_batch"])
+    return -(-prompts // RECIPE["generate_batch"])
+
+
+def total_ticks() -> int:
+    gens = answer_batches()
     return 1 + 2 * gens + 2 + 2 * RECIPE["draft_steps"] + RECIPE["v2_steps"] + len(PARTS)
 
 

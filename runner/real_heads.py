@@ -108,11 +108,9 @@ def heads_built(real_dir: str | os.PathLike[str] | None = None) -> bool:
 
 
 def total_ticks() -> int:
-    from runner import real
+    from runner.real import answer_batches
 
-    per_form = len(real.real_data.CHAT_PROMPTS) + real.RECIPE["code_prompts"]
-    prompts = per_form * (2 if real.RECIPE["raw_answers"] else 1)
-    return -(-prompts // real.RECIPE["generate_batch"]) + 1 + 2 * HEADS_RECIPE["steps"]
+    return answer_batches() + 1 + 2 * HEADS_RECIPE["steps"]
 
 
 def build_real_heads(
