@@ -175,7 +175,9 @@ def build_router() -> APIRouter:
             op.path,
             _endpoint(op, read_body=True),
             methods=[op.method],
-            route_class_override=direct_json_route(op.body_model) if direct else None,  # type: ignore[arg-type]
+            route_class_override=(
+                direct_json_route(op.body_model, op.json_body_fast) if direct else None  # type: ignore[arg-type]
+            ),
             **common,
         )
         if op.also_get:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_BATCH = 10_000
@@ -64,6 +66,79 @@ class TagIn(BaseModel):
         if value.tzinfo is None:
             raise ValueError("served_at must include a timezone (e.g. Z)")
         return value
+
+
+# --- the ingest hot path's decoder ---------------------------------------------------------
+#
+# A 10,000-tag batch validated by pydantic into TagIn objects costs 30-45 ms of the API's CPU;
+# msgspec decodes and checks the same bytes into the structs below in about 5 ms. They carry
+# TagIn's constraints, and they are stricter where the two libraries differ: no lax coercion
+# (a float, a numeric string or a bool for an int), ``served_at`` only in the RFC 3339 form
+# with at most six fractional digits, parsed by ``datetime.fromisoformat`` (pydantic would
+# accept more forms, and truncates a seventh digit where msgspec's own parser rounds it).
+# Anything they refuse is validated by pydantic as before, so every error is reported as on
+# any other route, and every accepted tag has exactly the values pydantic would have given it
+# (``tests/requests/test_fast_tags.py`` compares the two on edge cases and random bodies).
+
+_RFC3339 = re.compile(
+    r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?(?:Z|[+-]\d{2}:\d{2})", re.ASCII
+)
+_Count = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class FastSpec(msgspec.Struct, forbid_unknown_fields=True):
+    """:class:`SpecCounters` as decoded on the hot path (same field names)."""
+
+    num_spec_steps: _Count
+    num_draft_tokens: _Count
+    num_accepted_draft_tokens: _Count
+    acceptance_histogram: list[int] | None = None
+
+
+class FastTag(msgspec.Struct, forbid_unknown_fields=True):
+    """:class:`TagIn` as decoded on the hot path (same field names and constraints).
+
+    ``served_at`` arrives as text and :func:`decode_tags` replaces it with the parsed,
+    timezone-aware ``datetime`` before anyone else sees the tag."""
+
+    request_id: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    deployment: Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
+    served_at: Any
+    pair_digest: Annotated[str, msgspec.Meta(pattern=r"\A[0-9a-f]{64}\Z")] | None = None
+    input_tokens: _Count = 0
+    output_tokens: _Count = 0
+    spec: FastSpec | None = None
+
+
+class DecodedTags(list[FastTag]):
+    """Tags :func:`decode_tags` checked: the ingest service takes them as they are (a plain
+    list, of dicts or of structs built by hand, is validated by pydantic)."""
+
+
+class _FastBody(msgspec.Struct, forbid_unknown_fields=True):
+    tags: list[FastTag]
+
+
+_FAST_BODY = msgspec.json.Decoder(_FastBody)
+
+
+def decode_tags(body: bytes) -> dict[str, Any] | None:
+    """An ingest body's fields (``{"tags": [FastTag, …]}``) from its JSON bytes, or None when
+    the fast path is not sure: pydantic then validates the body and reports what is wrong."""
+    try:
+        tags = _FAST_BODY.decode(body).tags
+    except msgspec.MsgspecError:
+        return None
+    match, parse = _RFC3339.fullmatch, datetime.fromisoformat
+    try:
+        for tag in tags:
+            text = tag.served_at
+            if type(text) is not str or match(text) is None:
+                return None
+            tag.served_at = parse(text)
+    except ValueError:  # e.g. February 30th: pydantic names the field and the reason
+        return None
+    return {"tags": DecodedTags(tags)}
 
 
 class IngestResult(BaseModel):

@@ -14,6 +14,7 @@ from registry import roles
 from registry.contract.spec import CallContext, Operation
 from registry.errors import Conflict, InvalidInput, NotFound, SchemaOutOfDate
 from registry.records import Checkpoint
+from registry.records_requests import decode_tags
 from registry.services import (
     artifacts,
     audit_log,
@@ -621,6 +622,7 @@ OPERATIONS: tuple[Operation, ...] = (
         status=201,
         unchanged=(lambda r: r.stored == 0, 200, "Nothing new: every tag existed"),
         json_body_direct=True,  # batches of up to 10,000 tags
+        json_body_fast=decode_tags,
     ),
     Operation(
         requests.list_requests,

@@ -53,6 +53,7 @@ from registry.models import (
 from registry.params import Limit, RequestCursor, Timestamp
 from registry.records_requests import (
     MAX_BATCH,
+    DecodedTags,
     IngestResult,
     RequestAudit,
     RequestCounts,
@@ -122,15 +123,16 @@ _TAGS = TypeAdapter(list[TagIn])
 
 
 def _parse_tags(tags: Sequence[TagIn | dict[str, Any]]) -> list[TagIn]:
-    """Tags as :class:`TagIn` (the HTTP edge already validated them; local callers may pass
-    dicts, validated here in one call)."""
+    """Tags as :class:`TagIn`, or as the :class:`FastTag` structs of the same shape that the
+    HTTP edge decoded (``DecodedTags``); local callers may pass dicts, validated here in one
+    call."""
     if not isinstance(tags, list | tuple):
         raise InvalidInput("tags must be a list", field="tags")
     if len(tags) > MAX_BATCH:
         raise InvalidInput(
             f"a batch holds at most {MAX_BATCH} tags, got {len(tags)}: split it", field="tags"
         )
-    if all(type(t) is TagIn for t in tags):
+    if type(tags) is DecodedTags or all(type(t) is TagIn for t in tags):
         return list(tags)  # type: ignore[arg-type]
     try:
         return _TAGS.validate_python(list(tags))
