@@ -259,3 +259,35 @@ def test_two_batches_in_one_transaction(served: Served) -> None:
             == b.batch_id
         )
         assert session.query(RequestTag).count() == 2
+
+
+def test_postgres_bulk_path_and_its_fallback(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: a batch of new ids is stored by the bulk COPY alone; a batch holding an id
+    already recorded has its COPY refused, rolled back to the savepoint, and goes through the
+    careful path (retries skipped, the new ids stored, one batch row)."""
+    from registry import tag_store
+
+    s = served
+    if not s.url.startswith("postgresql"):
+        pytest.skip("the bulk path is PostgreSQL's")
+    careful = tag_store._store_ids_careful
+    calls: list[int] = []
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(len(args[2]))
+        return careful(*args, **kwargs)
+
+    monkeypatch.setattr(tag_store, "_store_ids_careful", spy)
+    at = s.t_b + timedelta(minutes=5)
+    first = _ingest(s.url, [_tag(s, f"b-{i:03d}", at) for i in range(50)])
+    assert (first.stored, calls) == (50, [])
+    second = _ingest(s.url, [_tag(s, f"b-{i:03d}", at) for i in range(40, 60)])
+    assert (second.stored, second.duplicates, calls) == (10, 10, [20])
+    with session_scope(s.url) as session:
+        ids = session.scalars(
+            select(RequestId.request_id).where(RequestId.batch_id == second.batch_id)
+        ).all()
+        assert sorted(ids) == [f"b-{i:03d}" for i in range(50, 60)]
+        assert session.query(RequestTag).count() == 60
