@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI
 
 from api import metrics, tracing
+from api.auth import TokenCache
 from api.ingest_gc import IngestGcPause
 from api.lanes import Lanes
 from api.limits import BodyLimit, BodyLimits
@@ -21,9 +25,17 @@ from registry.settings import Settings, get_settings
 API_VERSION = "0.1.0"
 
 
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    yield
+    # the write lane's worker processes, if any, finish the writes in flight and stop
+    await asyncio.to_thread(app.state.lanes.close)
+
+
 def create_app(settings: Settings | None = None, **state: Any) -> FastAPI:
     settings = settings or get_settings()
     app = FastAPI(
+        lifespan=_lifespan,
         title="pairreg",
         version=API_VERSION,
         description=(
@@ -37,6 +49,7 @@ def create_app(settings: Settings | None = None, **state: Any) -> FastAPI:
     app.state.db_url = settings.db_url
     # Operation routes run in a read or a write lane of worker threads (api/lanes.py).
     app.state.lanes = Lanes.from_settings(settings)
+    app.state.token_cache = TokenCache(settings.token_cache_seconds)
     for key, value in state.items():
         setattr(app.state, key, value)
     install_problem_handlers(app)

@@ -19,6 +19,11 @@ see ``registry.settings``) stay under the database pool (``registry.db``: 10 + 2
 overflow), so a lane's call does not wait for a connection and a few are left for the
 other routes and the embedded worker.
 
+With ``PAIRREG_WRITE_PROCESSES`` > 0 the write lane runs its operations in worker
+processes instead (``api/write_pool.py``): the same limiter admits them, so at most
+``PAIRREG_WRITE_CONCURRENCY`` are handed to the pool at once and the rest wait in the event
+loop as before.
+
 A limiter belongs to one event loop, so each lane keeps one per running loop (tests run
 apps under several).
 """
@@ -30,13 +35,17 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
 import anyio.to_thread
 from starlette.requests import HTTPConnection
 
+from registry.contract.spec import Operation
 from registry.settings import Settings
+
+if TYPE_CHECKING:
+    from api.write_pool import WritePool
 
 T = TypeVar("T")
 LaneName = Literal["read", "write"]
@@ -48,7 +57,8 @@ class Lane:
 
     name: LaneName
     size: int
-    running: int = 0  # calls in a thread now
+    pool: WritePool | None = None  # worker processes instead of threads (writes only)
+    running: int = 0  # calls in a thread (or a worker process) now
     peak: int = 0  # most calls in a thread at once (tests, diagnostics)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter] = field(
@@ -80,6 +90,22 @@ class Lane:
 
         return await anyio.to_thread.run_sync(counted, limiter=self.limiter())
 
+    async def run_operation(self, settings: Settings, op: Operation, values: dict[str, Any]) -> Any:
+        """Run a contract operation (``api.operations.execute``) in this lane."""
+        from api.operations import execute
+
+        if self.pool is None:
+            return await self.run(execute, settings, op, values)
+        async with self.limiter():
+            with self._lock:
+                self.running += 1
+                self.peak = max(self.peak, self.running)
+            try:
+                return await self.pool.run(op.name, values)
+            finally:
+                with self._lock:
+                    self.running -= 1
+
 
 @dataclass
 class Lanes:
@@ -88,10 +114,20 @@ class Lanes:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Lanes:
+        pool = None
+        if settings.write_processes > 0:
+            from api.write_pool import WritePool
+
+            pool = WritePool(settings, settings.write_processes, settings.write_nice)
         return cls(
             read=Lane("read", settings.read_concurrency),
-            write=Lane("write", settings.write_concurrency),
+            write=Lane("write", settings.write_concurrency, pool=pool),
         )
+
+    def close(self) -> None:
+        """Stop the write lane's worker processes, if any, after the writes in flight."""
+        if self.write.pool is not None:
+            self.write.pool.shutdown()
 
     def for_method(self, method: str) -> Lane:
         return self.read if method.upper() == "GET" else self.write

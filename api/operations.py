@@ -13,25 +13,22 @@ from __future__ import annotations
 import inspect
 import logging
 import re
-import time
 import typing
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from pydantic.fields import FieldInfo
-from sqlalchemy.exc import DBAPIError
 
-from api.auth import Principal, require_in_read_lane
+from api.auth import Principal, after_write, require_in_read_lane
 from api.json_body import direct_json_route
 from api.lanes import lanes
 from registry.contract.operations import OPERATIONS
 from registry.contract.spec import CallContext, Operation, Param
-from registry.db import session_scope
-from registry.outages import is_transient
+from registry.db import transact
+from registry.settings import Settings
 
 logger = logging.getLogger("pairreg.api")
-# Runs of one transaction: the first and up to this many more after a transient failure.
-TRANSIENT_RETRIES = 3
 _PARAM = re.compile(r"\{[^}]*\}")
 
 
@@ -66,46 +63,52 @@ def _http_param(p: Param) -> inspect.Parameter:
     )
 
 
+OPERATIONS_BY_NAME: dict[str, Operation] = {op.name: op for op in OPERATIONS}
+
+
+def execute(settings: Settings, op: Operation, values: Mapping[str, Any]) -> Any:
+    """Run ``op``'s service in one transaction with the server's context values; a
+    transaction the database rolled back on its own (a deadlock victim, a connection lost
+    mid-transaction) runs again rather than hand the client an error it did not cause.
+    ``GET`` operations read without a transaction of their own (``session_scope``).
+
+    Where it runs is the lane's business (``api/lanes.py``): a worker thread, or a write
+    worker process (``api/write_pool.py``), which calls this same function."""
+    kwargs = {**values, **op.context_values(CallContext(settings=settings, remote=True))}
+    return transact(
+        settings.db_url,
+        lambda session: op.service(session, **kwargs),
+        read_only=op.method == "GET",
+        what=op.name,
+    )
+
+
 def _endpoint(op: Operation, *, read_body: bool) -> Any:
     """A route function with a synthesised signature FastAPI can read.
 
-    The service runs on a worker thread of the operation's lane (api/lanes.py): ``GET``
-    operations in the read lane, the others in the write lane, so reads never wait for a
-    thread behind writes queued on the registry's write lock."""
+    The service runs in the operation's lane (api/lanes.py): ``GET`` operations on a
+    worker thread of the read lane, the others in the write lane (threads, or worker
+    processes with ``PAIRREG_WRITE_PROCESSES``), so reads never wait for a thread behind
+    writes queued on the registry's write lock."""
     body_model = op.body_model if read_body else None
     text = op.params_in("text")
+    body_params = op.params_in("body")
 
-    def call(request: Request, response: Response, kwargs: dict[str, Any]) -> Any:
+    async def endpoint(request: Request, response: Response, **kwargs: Any) -> Any:
         principal: Principal = kwargs.pop("_principal")
         values: dict[str, Any] = {}
         body = kwargs.pop("_body", None)
         if body is not None:
-            values.update({p.name: getattr(body, p.name) for p in op.params_in("body")})
+            values.update({p.name: getattr(body, p.name) for p in body_params})
         values.update(kwargs)
-        settings = request.app.state.settings
-        values.update(op.context_values(CallContext(settings=settings, remote=True)))
         if op.takes_actor:
             values["actor"] = principal.actor
-        result: Any = None
-        for attempt in range(TRANSIENT_RETRIES + 1):
-            try:
-                with session_scope(request.app.state.db_url) as session:
-                    result = op.service(session, **values)
-                break
-            except DBAPIError as exc:
-                # A deadlock victim or a connection lost mid-transaction was rolled back:
-                # run it again rather than hand the client an error it did not cause.
-                if attempt == TRANSIENT_RETRIES or not is_transient(exc):
-                    raise
-                logger.info("%s: transient database error, retrying: %s", op.name, exc.orig)
-                time.sleep(0.05 * 2**attempt)
-        response.status_code = op.status_for(result)
-        return result
-
-    async def endpoint(request: Request, response: Response, **kwargs: Any) -> Any:
         # the operation's method, not the route's: a write's GET alias is still a write
         lane = lanes(request).for_method(op.method)
-        return await lane.run(call, request, response, kwargs)
+        result = await lane.run_operation(request.app.state.settings, op, values)
+        after_write(request, op)
+        response.status_code = op.status_for(result)
+        return result
 
     params = [
         inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request),

@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from api.route_index import allowed_methods
 from registry.contract.spec import describe_error
 from registry.errors import PairregError
-from registry.outages import classify, data_paths
+from registry.outages import OutageError, classify, data_paths
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 logger = logging.getLogger("pairreg.api")
@@ -88,6 +88,7 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(OSError)
     @app.exception_handler(DBAPIError)
+    @app.exception_handler(OutageError)  # classified in a write worker (api/write_pool.py)
     async def _outage(request: Request, exc: Exception) -> JSONResponse:
         # A full disk or a lost database is the environment's fault: say so, and tell the
         # client to come back (the write was one transaction, so nothing of it was stored).

@@ -50,6 +50,10 @@ def serve(
     # The lanes' threads (api/lanes.py) find their connections open, not opened under load.
     db.warm_pool(settings.db_url, settings.read_concurrency + settings.write_concurrency)
     app = create_app(settings)
+    pool = app.state.lanes.write.pool
+    if pool is not None:  # PAIRREG_WRITE_PROCESSES: started now, not under the first writes
+        pool.warm()
+        say(f"write worker processes: {pool.processes} (niceness +{pool.nice})")
     # What is loaded by now (modules, the app, the routes: most of the heap) lives as long
     # as the process. Frozen, the cyclic collector's full collections no longer walk it:
     # under the load bench they came every 2-3 s and held the GIL 56-350 ms each, every

@@ -8,17 +8,27 @@ transaction would fail such an upgrade instead of waiting for the lock.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from registry.errors import SchemaOutOfDate
+from registry.outages import is_transient
+
+logger = logging.getLogger("pairreg.db")
+T = TypeVar("T")
+# Runs of one transaction: the first and up to this many more after a transient failure.
+TRANSIENT_RETRIES = 3
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 
@@ -45,6 +55,16 @@ def _install_sqlite_pragmas(engine: Engine) -> None:
 
 _ENGINES: dict[str, Engine] = {}
 POOL_SIZE = 20  # connections a server-database engine keeps open (plus 10 overflow)
+_pool_size = POOL_SIZE
+
+
+def set_pool_size(size: int) -> None:
+    """Connections this process's server-database engines keep (a write worker process runs
+    one transaction at a time and needs far fewer than the API's lanes). Before first use."""
+    global _pool_size
+    _pool_size = size
+
+
 _SESSIONMAKERS: dict[str, sessionmaker[Session]] = {}
 
 
@@ -69,22 +89,35 @@ def get_engine(url: str) -> Engine:
     else:
         # At most 30 connections, as before; 20 are kept open rather than 10, so the API's
         # read and write lanes (16 + 4 threads by default, api/lanes.py) do not open and
-        # close a connection per request once more than 10 are busy.
-        engine = create_engine(url, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=10)
+        # close a connection per request once more than 10 are busy. No ping before each
+        # use (a round trip per transaction): a connection that died with the database is
+        # found at its first statement, the pool renewed and the transaction run again
+        # (transact() below, the API's operations).
+        engine = create_engine(url, pool_size=_pool_size, max_overflow=min(10, _pool_size))
     _ENGINES[url] = engine
     return engine
 
 
 def warm_pool(url: str, connections: int) -> int:
     """Open up to ``connections`` pooled connections now (a server about to take load),
-    rather than while the first burst of requests waits for them. Returns how many."""
+    rather than while the first burst of requests waits for them, and have each one plan a
+    query on every table: a new PostgreSQL backend reads the catalog entries of each table
+    and index on its first query (measured 5-10 ms more for a request's audit on a fresh
+    connection), which would otherwise land on the first requests. Returns how many."""
+    from registry.models import Base
+
     engine = get_engine(url)
     if is_sqlite(url):
         return 0
+    touch = [text(f'SELECT * FROM "{t.name}" LIMIT 0') for t in Base.metadata.sorted_tables]
     held = []
     try:
-        for _ in range(min(connections, POOL_SIZE)):
-            held.append(engine.connect())
+        for _ in range(min(connections, _pool_size)):
+            conn = engine.connect()
+            held.append(conn)
+            for stmt in touch:
+                conn.execute(stmt)
+            conn.rollback()
     finally:
         for conn in held:
             conn.close()
@@ -99,16 +132,26 @@ def dispose_engines() -> None:
     _SESSIONMAKERS.clear()
 
 
-def _sessionmaker(url: str) -> sessionmaker[Session]:
-    if url not in _SESSIONMAKERS:
-        _SESSIONMAKERS[url] = sessionmaker(bind=get_engine(url), expire_on_commit=False)
-    return _SESSIONMAKERS[url]
+def _sessionmaker(url: str, read_only: bool = False) -> sessionmaker[Session]:
+    key = ("ro:" if read_only else "") + url
+    if key not in _SESSIONMAKERS:
+        engine = get_engine(url)
+        if read_only:
+            engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+        _SESSIONMAKERS[key] = sessionmaker(bind=engine, expire_on_commit=False)
+    return _SESSIONMAKERS[key]
 
 
 @contextmanager
-def session_scope(url: str) -> Iterator[Session]:
-    """A transaction: commit on success, roll back on any error (no partial writes)."""
-    session = _sessionmaker(url)()
+def session_scope(url: str, *, read_only: bool = False) -> Iterator[Session]:
+    """A transaction: commit on success, roll back on any error (no partial writes).
+
+    ``read_only`` (a server database): each statement runs on its own, without ``BEGIN``
+    and ``COMMIT`` (two round trips of a read's three or four). Under PostgreSQL's READ
+    COMMITTED every statement of a transaction takes a fresh snapshot anyway, so reads see
+    exactly what they would have seen in one; a read that writes a single row (a token's
+    last use) commits that statement alone. SQLite keeps its transactions."""
+    session = _sessionmaker(url, read_only=read_only and not is_sqlite(url))()
     try:
         yield session
         session.commit()
@@ -117,6 +160,31 @@ def session_scope(url: str) -> Iterator[Session]:
         raise
     finally:
         session.close()
+
+
+def transact(
+    url: str,
+    fn: Callable[[Session], T],
+    *,
+    read_only: bool = False,
+    retries: int = TRANSIENT_RETRIES,
+    what: str = "transaction",
+) -> T:
+    """``fn`` in :func:`session_scope`, run again (up to ``retries`` times) when the
+    database rolled it back on its own: a deadlock or serialization victim, or a connection
+    found dead (a database restart; pooled connections are not pinged before use, so the
+    first use after a restart fails here and the pool is renewed). The transaction was
+    rolled back each time, so nothing is written twice."""
+    for attempt in range(retries + 1):
+        try:
+            with session_scope(url, read_only=read_only) as session:
+                return fn(session)
+        except DBAPIError as exc:
+            if attempt == retries or not is_transient(exc):
+                raise
+            logger.info("%s: transient database error, retrying: %s", what, exc.orig)
+            time.sleep(0.05 * 2**attempt)
+    raise AssertionError("unreachable")
 
 
 def alembic_config(url: str) -> Config:

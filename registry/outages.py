@@ -31,6 +31,18 @@ class Outage:
     detail: str
 
 
+class OutageError(Exception):
+    """An outage already classified (in a write worker process, ``api/write_pool.py``),
+    carried to the process that answers the client."""
+
+    def __init__(self, outage: Outage) -> None:
+        super().__init__(outage)
+        self.outage = outage
+
+    def __str__(self) -> str:
+        return self.outage.detail
+
+
 def _chain(exc: BaseException) -> list[BaseException]:
     seen: list[BaseException] = []
     cur: BaseException | None = exc
@@ -60,6 +72,9 @@ def classify(exc: BaseException, where: Sequence[Path] = ()) -> Outage | None:
     cannot grow; when it cannot create its WAL or shared-memory file it says "disk I/O
     error". ``where`` (the data directory) lets such an error be named for what it is when
     that filesystem is in fact full."""
+    for e in _chain(exc):
+        if isinstance(e, OutageError):
+            return e.outage
     for e in _chain(exc):
         text = str(e).splitlines()[0] if str(e) else type(e).__name__
         if isinstance(e, OSError) and e.errno in DISK_FULL_ERRNOS:

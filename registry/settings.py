@@ -66,6 +66,29 @@ class Settings(BaseSettings):
         description="API write operations run at once; further writes wait their turn "
         "without holding a thread or a database connection (api/lanes.py).",
     )
+    token_cache_seconds: float = Field(
+        default=2.0,
+        ge=0,
+        le=60,
+        description="Seconds the API remembers who a bearer token is (api/auth.py); a token "
+        "revoked through another server is refused here within that time. 0: look up every "
+        "request.",
+    )
+    write_processes: int = Field(
+        default=0,
+        ge=0,
+        le=8,
+        description="Worker processes for API write operations (api/write_pool.py); 0 runs "
+        "them on threads of the server process. With a server database, 2 keeps look-ups "
+        "fast under heavy writes (docs/reliability.md#load).",
+    )
+    write_nice: int = Field(
+        default=10,
+        ge=0,
+        le=19,
+        description="Niceness added to the write worker processes: when the cores are "
+        "short, the scheduler serves the reads first.",
+    )
     artifact_roots: str | None = Field(
         default=None,
         description="Directories (separated by the OS path separator, ':' on POSIX) under "

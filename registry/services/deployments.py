@@ -44,6 +44,7 @@ from registry.refs import deployment_named, resolve_deployment, resolve_pair
 from registry.services.base import operation, page_query
 from registry.services.policies import load_policy
 from registry.services.validation import baseline_measurement, evaluate_gates, policy_settings
+from registry.timeline import live_event
 
 
 def _check_name(name: str) -> str:
@@ -116,18 +117,14 @@ def to_record(session: Session, dep: Deployment, *, with_history: bool = False) 
 
 def pair_live_at(session: Session, deployment: str, at: datetime) -> Pair | None:
     """The pair deployment ``deployment`` served at instant ``at`` (None before the first
-    promotion, or for an unknown deployment). A move takes effect at its event time."""
+    promotion, or for an unknown deployment). A move takes effect at its event time
+    (``registry.timeline``: the rule ingest and request audits use too)."""
     if at.tzinfo is None:
         raise InvalidInput("time must carry a timezone", field="at")
     dep = deployment_named(session, deployment)
     if dep is None:
         return None
-    ev = session.scalar(
-        select(DeploymentEvent)
-        .where(DeploymentEvent.deployment_id == dep.id, DeploymentEvent.at <= at)
-        .order_by(DeploymentEvent.seq.desc())
-        .limit(1)
-    )
+    ev = live_event(session, dep.id, at)
     if ev is None or ev.to_pair_id is None:
         return None
     return session.get(Pair, ev.to_pair_id)

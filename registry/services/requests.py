@@ -25,14 +25,13 @@ import binascii
 import bisect
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import Field, TypeAdapter, ValidationError
-from sqlalchemy import and_, case, func, or_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import and_, bindparam, case, func, or_, select, update
+from sqlalchemy.orm import Session, aliased
 
 from registry import tag_store
 from registry.audit import append_event
@@ -68,52 +67,9 @@ from registry.services.base import check_limit, operation
 from registry.services.pairs import to_record as pair_record
 from registry.tag_encoding import json_string, tag_json, time_texts, validated_counters_json
 from registry.tag_store import Row, conflict
+from registry.timeline import live_event, load_timelines
 
 _CHUNK = 5000  # ids per IN (...) list; SQLite's variable limit is 32766
-
-
-# --- deployment timelines ---------------------------------------------------------------
-
-
-@dataclass
-class Timeline:
-    """A deployment's moves, oldest first: which pair was live from which instant."""
-
-    times: list[datetime]
-    pair_ids: list[int | None]
-    event_ids: list[int]
-
-    def live_at(self, at: datetime) -> tuple[int | None, int | None]:
-        """(pair id, deployment event id) live at ``at``; (None, None) before the first move."""
-        i = bisect.bisect_right(self.times, at) - 1
-        if i < 0:
-            return None, None
-        return self.pair_ids[i], self.event_ids[i]
-
-
-def load_timelines(session: Session, deployment_ids: Iterable[int]) -> dict[int, Timeline]:
-    ids = sorted(set(deployment_ids))
-    out = {d: Timeline([], [], []) for d in ids}
-    if not ids:
-        return out
-    rows = session.execute(
-        select(
-            DeploymentEvent.deployment_id,
-            DeploymentEvent.at,
-            DeploymentEvent.to_pair_id,
-            DeploymentEvent.id,
-        )
-        .where(DeploymentEvent.deployment_id.in_(ids))
-        .order_by(DeploymentEvent.deployment_id, DeploymentEvent.seq)
-    )
-    for dep_id, at, to_pair, event_id in rows:
-        tl = out[dep_id]
-        if tl.times and at < tl.times[-1]:
-            at = tl.times[-1]  # clock skew between writers: keep the history ordered by seq
-        tl.times.append(at)
-        tl.pair_ids.append(to_pair)
-        tl.event_ids.append(event_id)
-    return out
 
 
 # --- ingest -----------------------------------------------------------------------------
@@ -434,41 +390,66 @@ def pair_with_manifests(pair: Pair) -> dict[str, Any]:
     return out
 
 
+# audit_request's three statements, built once (constructing them is most of a small
+# query's cost in Python); values are bound per call.
+_FROM_PAIR, _TO_PAIR = aliased(Pair), aliased(Pair)
+_AUDIT_TAG = (
+    _tag_select()
+    .add_columns(Pair, Deployment, RequestBatch)
+    .join(RequestBatch, RequestBatch.id == RequestId.batch_id)
+    .where(RequestId.request_id == bindparam("request_id"))
+)
+_AUDIT_MOVE = (
+    select(_FROM_PAIR.pair_digest, _TO_PAIR.pair_digest, Validation)
+    .select_from(DeploymentEvent)
+    .outerjoin(_FROM_PAIR, _FROM_PAIR.id == DeploymentEvent.from_pair_id)
+    .outerjoin(_TO_PAIR, _TO_PAIR.id == DeploymentEvent.to_pair_id)
+    .outerjoin(Validation, Validation.id == DeploymentEvent.validation_id)
+    .where(DeploymentEvent.id == bindparam("event_id"))
+)
+_AUDIT_FLAGS = (
+    select(DriftFlag)
+    .where(
+        or_(
+            DriftFlag.pair_id == bindparam("pair_id"),
+            DriftFlag.artifact_id.in_(bindparam("artifact_ids", expanding=True)),
+        ),
+        DriftFlag.opened_at <= bindparam("at"),
+        or_(DriftFlag.closed_at.is_(None), DriftFlag.closed_at > bindparam("at")),
+    )
+    .order_by(DriftFlag.id)
+)
+
+
 @operation
 def audit_request(session: Session, *, request_id: str) -> RequestAudit:
     """Which pair served this request, and everything needed to reconstruct that answer."""
-    tag, record = load_tag(session, request_id)
-    pair = session.get(Pair, tag.pair_id)
-    dep = session.get(Deployment, tag.deployment_id)
-    assert pair is not None and dep is not None
-    timeline = load_timelines(session, [dep.id])[dep.id]
-    live_pair_id, live_event_id = timeline.live_at(tag.served_at)
-    digests = {
-        i: d
-        for i, d in session.execute(
-            select(Pair.id, Pair.pair_digest).where(
-                Pair.id.in_([p for p in timeline.pair_ids if p] + [pair.id])
-            )
-        )
-    }
-    event = session.get(DeploymentEvent, live_event_id) if live_event_id else None
-    making_live = event if event is not None and event.to_pair_id == pair.id else None
+    # The tag with its pair (and that pair's artifacts), deployment and batch; the move live
+    # when it was served, with both pairs' digests and the validation it cited; the drift
+    # flags open then.
+    row = session.execute(_AUDIT_TAG, {"request_id": request_id}).first()
+    if row is None:
+        raise NotFound(f"no request tagged {request_id!r}", field="request_id")
+    tag, record = row[0], _to_record(row[:5])
+    pair, dep, batch = row[5:]
+    live = live_event(session, dep.id, tag.served_at)
+    digests: dict[int, str] = {pair.id: pair.pair_digest}
     validation = None
-    if making_live is not None and making_live.validation_id:
-        v = session.get(Validation, making_live.validation_id)
-        validation = _validation_record(v) if v else None
+    making_live = None
+    if live is not None:
+        from_digest, to_digest, cited = session.execute(_AUDIT_MOVE, {"event_id": live.id}).one()
+        for pid, digest in ((live.from_pair_id, from_digest), (live.to_pair_id, to_digest)):
+            if pid is not None and digest is not None:
+                digests[pid] = digest
+        if live.to_pair_id == pair.id:
+            making_live = live
+            if live.validation_id and cited is not None:
+                validation = _validation_record(cited)
     artifact_ids = [pair.target_id] + ([pair.drafter_id] if pair.drafter_id else [])
     flags = session.scalars(
-        select(DriftFlag)
-        .where(
-            or_(DriftFlag.pair_id == pair.id, DriftFlag.artifact_id.in_(artifact_ids)),
-            DriftFlag.opened_at <= tag.served_at,
-            or_(DriftFlag.closed_at.is_(None), DriftFlag.closed_at > tag.served_at),
-        )
-        .order_by(DriftFlag.id)
+        _AUDIT_FLAGS, {"pair_id": pair.id, "artifact_ids": artifact_ids, "at": tag.served_at}
     ).all()
-    batch = session.get(RequestBatch, record.batch_id)
-    assert batch is not None
+    live_pair_id = live.to_pair_id if live is not None else None
     return RequestAudit(
         tag=record,
         pair=pair_with_manifests(pair),

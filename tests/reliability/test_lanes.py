@@ -56,18 +56,27 @@ def test_lanes_follow_the_operation_kind() -> None:
     assert lanes.for_method("GET") is lanes.read
     for method in ("POST", "PUT", "DELETE"):
         assert lanes.for_method(method) is lanes.write
+    assert lanes.write.pool is None  # writes on threads by default
+    pooled = Lanes.from_settings(Settings(write_processes=2, write_nice=7))
+    assert pooled.write.pool is not None and pooled.read.pool is None
+    assert (pooled.write.pool.processes, pooled.write.pool.nice) == (2, 7)
+    pooled.close()  # never started: nothing to stop
 
 
 WRITES = 48  # more than Starlette's 40 shared threads and the 30 pooled connections
 
 
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
-def test_reads_answer_while_writes_wait_on_the_write_lock(db_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("processes", ["0", "2"], ids=["write-threads", "write-processes"])
+def test_reads_answer_while_writes_wait_on_the_write_lock(
+    db_url: str, tmp_path: Path, processes: str
+) -> None:
     """Hold the registry's write lock from outside, send 48 writes at once to a real
     ``pairreg serve``: they all wait. Reads must still answer at once (before the lanes,
     they waited for a thread until the lock was let go). Then every write completes, once,
-    and the audit chain verifies."""
-    server = ApiServer(db_url, tmp_path / "home", env={"PAIRREG_WRITE_CONCURRENCY": "2"})
+    and the audit chain verifies; with the writes on threads and in worker processes."""
+    env = {"PAIRREG_WRITE_CONCURRENCY": "2", "PAIRREG_WRITE_PROCESSES": processes}
+    server = ApiServer(db_url, tmp_path / "home", env=env)
     server.start()
     admin = mint(db_url, role="admin", name="lanes-admin")
     headers = {"Authorization": f"Bearer {admin}"}

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
-from api import operations as api_operations
+from registry import db
 from registry.db import get_engine, session_scope
 from registry.outages import is_transient
 from registry.refs import deployment_named
@@ -74,19 +74,21 @@ def app_client(sqlite_home: Any) -> Iterator[tuple[TestClient, dict[str, str]]]:
 
 
 def _flaky(monkeypatch: pytest.MonkeyPatch, failures: list[Exception]) -> list[int]:
-    """Make the routes' transactions raise ``failures`` in turn before working again."""
+    """Make the transactions (``registry.db.transact``) raise ``failures`` in turn before
+    working again. Callers have made one request first, so the token check is remembered
+    (api/auth.py) and only the route's own transactions count here."""
     calls: list[int] = []
-    real = api_operations.session_scope
+    real = db.session_scope
 
     @contextmanager
-    def scope(url: str) -> Iterator[Any]:
+    def scope(url: str, *, read_only: bool = False) -> Iterator[Any]:
         calls.append(1)
         if len(calls) <= len(failures):
             raise failures[len(calls) - 1]
-        with real(url) as session:
+        with real(url, read_only=read_only) as session:
             yield session
 
-    monkeypatch.setattr(api_operations, "session_scope", scope)
+    monkeypatch.setattr(db, "session_scope", scope)
     return calls
 
 
@@ -94,6 +96,7 @@ def test_route_reruns_a_rolled_back_transaction(
     app_client: tuple[TestClient, dict[str, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client, auth = app_client
+    assert client.get("/v1/whoami", headers=auth).status_code == 200  # token remembered
     calls = _flaky(monkeypatch, [_err("deadlock detected", "40P01"), _err("x", invalidated=True)])
     resp = client.get("/v1/pairs", headers=auth)
     assert resp.status_code == 200, resp.text
@@ -104,10 +107,11 @@ def test_outage_is_a_503_problem_not_a_500(
     app_client: tuple[TestClient, dict[str, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client, auth = app_client
+    assert client.get("/v1/whoami", headers=auth).status_code == 200  # token remembered
     down = _err("connection refused", invalidated=True)
     calls = _flaky(monkeypatch, [down] * 10)
     resp = client.get("/v1/pairs", headers=auth)
-    assert len(calls) == api_operations.TRANSIENT_RETRIES + 1  # bounded
+    assert len(calls) == db.TRANSIENT_RETRIES + 1  # bounded
     assert resp.status_code == 503, resp.text
     assert resp.headers["content-type"] == "application/problem+json"
     assert resp.headers["retry-after"] == "1"
