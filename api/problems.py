@@ -157,7 +157,9 @@ ERROR_DESCRIPTIONS = {
     "401": "Missing, unknown or revoked bearer token",
     "403": "The token's role may not do this",
     "404": "Unknown reference",
+    "408": "The request body did not arrive within PAIRREG_BODY_TIMEOUT seconds",
     "409": "Conflicts with what is recorded",
+    "413": "The request body is larger than its route family's cap (docs/api.md#limits)",
     "422": "Invalid input; `field` names it",
     "503": "Database unreachable or schema out of date",
     "507": "Disk full on the server",
@@ -172,7 +174,7 @@ def problem_openapi(schema: dict[str, Any]) -> dict[str, Any]:
     from registry.contract.operations import BY_NAME
 
     for path, path_item in schema.get("paths", {}).items():
-        for op in path_item.values():
+        for method, op in path_item.items():
             if not isinstance(op, dict) or "responses" not in op:
                 continue
             responses = op["responses"]
@@ -181,8 +183,15 @@ def problem_openapi(schema: dict[str, Any]) -> dict[str, Any]:
                 codes = sorted({*ALWAYS, *(str(s) for s in declared.error_statuses)})
             else:
                 codes = ERROR_CODES if path.startswith("/v1/") else []
+            if path.startswith("/v1/"):
+                # what any operation may meet: its database lost; a write, a full disk; a
+                # body, the caps and the deadline of api/limits.py
+                codes = [*codes, "503"] + (["507"] if method != "get" else [])
+                if "requestBody" in op:
+                    codes = [*codes, "408", "413"]
             if path == "/readyz":
                 codes = ["503"]
+            codes = sorted(set(codes))
             for code in codes:
                 responses[code] = {
                     "description": responses.get(code, {}).get("description")

@@ -6,6 +6,12 @@ the same chat prompts, greedy; outputs must be identical. Prints tokens/s, the r
 the share of pairreg's wall time spent outside the model forward passes (loop overhead).
 Targets on two CPU cores: >= 1.3x assisted generation, overhead <= 10%.
 
+It also times transformers' own forward passes during its assisted run (hooks on both
+models' ``forward``) and counts the passes of both engines, so it prints how much of the
+assisted run is *not* model forward passes, and the bound that follows: an engine that
+runs the same passes cannot beat assisted generation by more than the assisted run's wall
+time over pairreg's own time inside the forward passes (its loop overhead taken to zero).
+
 ``--real-alpha``: greedy α per category for target-v1/draft, target-v2/draft and
 target-v2/draft-v2 (chat-rendered prompts from the built-in suites; ``--raw``: the prompts
 encoded as the validator encodes them, raw text after BOS), with the build's wall and CPU
@@ -68,16 +74,35 @@ def speed(args: argparse.Namespace) -> int:
     )
     forward_s = [0.0]
 
+    passes = {"target_calls": 0, "draft_steps": 0}
+
     def run_pairreg() -> list[list[int]]:
         outs = []
         forward_s[0] = 0.0
         for p in prompts:
             r = engine.generate(p)
             forward_s[0] += r.draft_time_s + r.target_time_s
+            passes["target_calls"] += r.target_calls
+            passes["draft_steps"] += r.drafted
             outs.append(r.output_ids)
         return outs
 
+    hf_forward = {"target_s": 0.0, "draft_s": 0.0, "target_calls": 0, "draft_calls": 0}
+
+    def timed(model: object, key: str) -> list[object]:
+        started: list[float] = []
+
+        def pre(*_: object) -> None:
+            started.append(time.perf_counter())
+
+        def post(*_: object) -> None:
+            hf_forward[f"{key}_s"] += time.perf_counter() - started.pop()
+            hf_forward[f"{key}_calls"] += 1
+
+        return [model.register_forward_pre_hook(pre), model.register_forward_hook(post)]  # type: ignore[attr-defined]
+
     def run_hf(assisted: bool) -> list[list[int]]:
+        hooks = timed(target, "target") + timed(draft, "draft") if assisted else []
         outs = []
         kw: dict = dict(do_sample=False, max_new_tokens=n_new, pad_token_id=tok.pad_token_id,
                         eos_token_id=sorted(eos))  # fmt: skip
@@ -91,6 +116,8 @@ def speed(args: argparse.Namespace) -> int:
                 seq = target.generate(ids, attention_mask=torch.ones_like(ids), **kw)
                 out = seq[0, len(p) :].tolist()
                 outs.append(out)
+        for h in hooks:
+            h.remove()  # type: ignore[attr-defined]
         return outs
 
     runners = {
@@ -124,6 +151,18 @@ def speed(args: argparse.Namespace) -> int:
     print(f"pairreg / hf_plain    = {tps['pairreg'] / tps['hf_plain']:.2f}x")
     print(f"hf_assisted / hf_plain = {tps['hf_assisted'] / tps['hf_plain']:.2f}x")
     print(f"pairreg loop overhead (wall outside forwards) = {100 * overhead:.1f}%")
+    hf_wall = results["hf_assisted"][0]
+    hf_in = hf_forward["target_s"] + hf_forward["draft_s"]
+    print(
+        f"forward passes: pairreg target {passes['target_calls']}, draft tokens "
+        f"{passes['draft_steps']} ({forward_s[0]:.2f} s inside them); transformers target "
+        f"{hf_forward['target_calls']}, draft {hf_forward['draft_calls']} ({hf_in:.2f} s)"
+    )
+    print(f"hf_assisted wall outside its forward passes = {100 * (1 - hf_in / hf_wall):.1f}%")
+    print(
+        f"bound for an engine running the same passes: hf_assisted wall / pairreg time in "
+        f"forwards = {hf_wall / forward_s[0]:.2f}x"
+    )
     print("outputs match" if ok else "OUTPUTS DIFFER")
     if not ok:
         return 1

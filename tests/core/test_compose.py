@@ -31,6 +31,7 @@ def test_compose_production_shape(cli: Callable[..., CliResult]) -> None:
     devices = worker["deploy"]["resources"]["reservations"]["devices"]
     assert devices[0]["driver"] == "nvidia" and "gpu" in devices[0]["capabilities"]
     assert api["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    assert api["environment"]["PAIRREG_WRITE_PROCESSES"] == "2"  # reads apart from writes
 
     declared = set(spec["volumes"])
     for name, svc in services.items():
