@@ -58,9 +58,11 @@ bench-ingest: venv
 bench-tlog: venv
 	$(BIN)/python bench/tlog_bench.py
 
-## 50 concurrent clients for 30 s against `pairreg serve` on a scratch PostgreSQL database.
+## 50 concurrent clients (5 s warm-up, then 30 s measured) against `pairreg serve` with two
+## write worker processes on a scratch PostgreSQL database; at normal priority: measure on a
+## quiet machine.
 bench-load: venv
-	nice -n 10 $(BIN)/python bench/load_bench.py --clients 50 --duration 30
+	$(BIN)/python bench/load_bench.py --clients 50 --duration 30
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

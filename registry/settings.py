@@ -53,11 +53,12 @@ class Settings(BaseSettings):
         default=10.0, gt=0, description="Seconds a request's headers may take (then closed)."
     )
     read_concurrency: int = Field(
-        default=16,
+        default=8,
         ge=1,
         le=20,
         description="API worker threads for read (GET) operations; they never wait behind "
-        "writes (api/lanes.py).",
+        "writes (api/lanes.py). Reads are mostly Python sharing one interpreter lock: more "
+        "threads add switching, not throughput (docs/reliability.md#load).",
     )
     write_concurrency: int = Field(
         default=4,
