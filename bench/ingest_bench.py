@@ -102,12 +102,16 @@ def cpu_seconds(pids: list[int]) -> float:
 
 
 def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (uvicorn's workers; a server's write worker processes)."""
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
         out.append(p)
         for task in Path(f"/proc/{p}/task").glob("*/children"):
-            todo += [int(c) for c in task.read_text().split()]
+            try:
+                todo += [int(c) for c in task.read_text().split()]
+            except OSError:  # ended meanwhile
+                pass
     return out
 
 

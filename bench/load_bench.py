@@ -61,7 +61,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from ingest_bench import drop_db, scratch_db  # noqa: E402
+from ingest_bench import drop_db, process_tree, scratch_db  # noqa: E402
 
 from registry import db  # noqa: E402
 from registry.db import session_scope  # noqa: E402
@@ -180,20 +180,6 @@ def rss_kb(pid: int, field: str = "VmRSS") -> int:
     except OSError:  # gone
         pass
     return 0
-
-
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and its descendants (the write workers and their fork server)."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        for task in Path(f"/proc/{p}/task").glob("*/children"):
-            try:
-                todo += [int(c) for c in task.read_text().split()]
-            except OSError:
-                pass
-    return out
 
 
 def tree_kb(pid: int, field: str = "VmRSS") -> int:
