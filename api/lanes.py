@@ -14,10 +14,11 @@ Each lane is a capacity limiter of its own size; a call waiting for a place wait
 event loop, holding neither a thread nor a connection. Writes beyond
 ``PAIRREG_WRITE_CONCURRENCY`` queue there (in arrival order) rather than each holding a
 thread and a connection to wait on the lock, so a read is never queued behind writes;
-reads get ``PAIRREG_READ_CONCURRENCY`` threads of their own. Both together (at most 20 + 6,
-see ``registry.settings``) stay under the database pool (``registry.db``: 10 + 20
-overflow), so a lane's call does not wait for a connection and a few are left for the
-other routes and the embedded worker.
+reads get ``PAIRREG_READ_CONCURRENCY`` threads of their own (8 by default: reads are mostly
+Python under one interpreter lock, and more threads add switching, not throughput). Both
+together (at most 20 + 6, see ``registry.settings``) stay under the database pool
+(``registry.db``: 20 kept + 10 overflow), so a lane's call does not wait for a connection
+and a few are left for the other routes and the embedded worker.
 
 With ``PAIRREG_WRITE_PROCESSES`` > 0 the write lane runs its operations in worker
 processes instead (``api/write_pool.py``): the same limiter admits them, so at most
