@@ -5,6 +5,16 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 HOST ?= 127.0.0.1
 PYTEST_ARGS ?=
+# Two pytest workers (pytest-xdist): the suite is mostly one core of Python, subprocess
+# servers and waits, so a second worker keeps the other core busy. Tests are handed out one
+# at a time in collection order; the real-pair tests are one group (`xdist_group("real")`),
+# run in order on one worker, last. `make test PYTEST_WORKERS=0` runs in one process.
+PYTEST_WORKERS ?= 2
+ifeq ($(PYTEST_WORKERS),0)
+XDIST_ARGS :=
+else
+XDIST_ARGS := -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+endif
 
 .PHONY: run test venv lint fuzz bench-hash bench-runner bench-ingest bench-tlog bench-load demo clean
 
@@ -28,7 +38,7 @@ run: venv
 
 ## Set up and run the whole test suite (lint, layering contracts, then pytest).
 test: lint
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest $(XDIST_ARGS) --durations=15 $(PYTEST_ARGS)
 
 ## ruff, the import-layering contracts, the generated operation interface is current, and
 ## the CLI type-checks against it (mypy).

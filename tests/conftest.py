@@ -1,4 +1,5 @@
-"""Shared fixtures: a fresh, migrated database per test on SQLite and PostgreSQL.
+"""Shared fixtures: a fresh, migrated database per test on SQLite and PostgreSQL (the
+threading defaults for torch are set in ``tests/__init__.py``, imported first).
 
 Each dialect is migrated once into a template (a SQLite file, a PostgreSQL template
 database); each test gets a copy, which is much faster than migrating per test and keeps

@@ -3,6 +3,9 @@ reused: the build manifest's recipe digest decides whether a cached build is cur
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+
 import pytest
 
 from tests.conftest import TEST_CACHE
@@ -15,6 +18,21 @@ def real():  # type: ignore[no-untyped-def]
     from runner.real import build_real_pair
 
     return build_real_pair(TEST_CACHE / "real")
+
+
+@pytest.fixture(autouse=True)
+def all_cores() -> Iterator[None]:
+    """Real-pair tests decode a 135M model on every core: the session's default is one
+    thread (right for the tiny models, ``tests/__init__.py``), on which the real flow took
+    1.4x as long on an idle machine. They run last, one at a time; when the background build
+    or the other pytest worker still shares the cores, passive OpenMP waits keep two threads
+    about as fast as one."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(os.cpu_count() or 1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture

@@ -261,6 +261,7 @@ def test_two_batches_in_one_transaction(served: Served) -> None:
         assert session.query(RequestTag).count() == 2
 
 
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)  # the bulk path is PG's
 def test_postgres_bulk_path_and_its_fallback(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -270,8 +271,6 @@ def test_postgres_bulk_path_and_its_fallback(
     from registry import tag_store
 
     s = served
-    if not s.url.startswith("postgresql"):
-        pytest.skip("the bulk path is PostgreSQL's")
     careful = tag_store._store_ids_careful
     calls: list[int] = []
 
