@@ -6,15 +6,14 @@ PORT ?= 8000
 HOST ?= 127.0.0.1
 PYTEST_ARGS ?=
 # Two pytest workers (pytest-xdist): the suite is mostly one core of Python, subprocess
-# servers and waits. xdist hands out its largest group first: the real-pair tests, one
-# group (`xdist_group("real")`) run in order on one worker, start at once (in CI they wait
-# for the background build, then run beside the rest) while the other worker takes the
-# rest one test at a time. `make test PYTEST_WORKERS=0` runs everything in one process.
+# servers and waits, so a second worker keeps the other core busy. Tests are handed out one
+# at a time in collection order; the real-pair tests are one group (`xdist_group("real")`),
+# run in order on one worker, last. `make test PYTEST_WORKERS=0` runs in one process.
 PYTEST_WORKERS ?= 2
 ifeq ($(PYTEST_WORKERS),0)
 XDIST_ARGS :=
 else
-XDIST_ARGS := -n $(PYTEST_WORKERS) --dist loadgroup
+XDIST_ARGS := -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 endif
 
 .PHONY: run test venv lint fuzz bench-hash bench-runner bench-ingest bench-tlog bench-load demo clean
