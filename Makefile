@@ -7,8 +7,8 @@ HOST ?= 127.0.0.1
 PYTEST_ARGS ?=
 # Two pytest workers (pytest-xdist): the suite is mostly one core of Python, subprocess
 # servers and waits, so a second worker keeps the other core busy. Tests are handed out one
-# at a time in collection order; the real-pair tests are one group (`xdist_group("real")`),
-# run in order on one worker, last. `make test PYTEST_WORKERS=0` runs in one process.
+# at a time in collection order, and tests/conftest.py puts the real-pair tests last.
+# `make test PYTEST_WORKERS=0` runs in one process.
 PYTEST_WORKERS ?= 2
 ifeq ($(PYTEST_WORKERS),0)
 XDIST_ARGS :=

@@ -24,8 +24,8 @@ def real():  # type: ignore[no-untyped-def]
 def all_cores() -> Iterator[None]:
     """Real-pair tests decode a 135M model on every core: the session's default is one
     thread (right for the tiny models, ``tests/__init__.py``), on which the real flow took
-    1.4x as long on an idle machine. They run last, one at a time; when the background build
-    or the other pytest worker still shares the cores, passive OpenMP waits keep two threads
+    1.4x as long on an idle machine. They run last; when the background build or the other
+    pytest worker still shares the cores, passive OpenMP waits keep two threads
     about as fast as one."""
     import torch
 

@@ -12,8 +12,7 @@ from safetensors import safe_open
 from registry.manifest import build_manifest
 from runner.real import PARTS, RECIPE, read_build_manifest
 
-# one xdist group: the real tests run in order on one worker, after the rest
-pytestmark = [pytest.mark.real, pytest.mark.xdist_group("real")]
+pytestmark = pytest.mark.real
 
 
 def _tensors(path: str) -> dict:

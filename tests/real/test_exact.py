@@ -11,8 +11,7 @@ from runner.drafters import DraftModelDrafter
 from runner.engine import DecodeOptions, SpeculativeEngine
 from runner.models import eos_ids, load_causal_lm, load_tokenizer
 
-# one xdist group: the real tests run in order on one worker, after the rest
-pytestmark = [pytest.mark.real, pytest.mark.xdist_group("real")]
+pytestmark = pytest.mark.real
 MAX_NEW = 24
 
 

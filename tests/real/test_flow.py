@@ -26,8 +26,7 @@ import pytest
 from runner.real import read_build_manifest
 from tests.serve_process import ApiServer, mint
 
-# one xdist group: the real tests run in order on one worker, after the rest
-pytestmark = [pytest.mark.real, pytest.mark.xdist_group("real")]
+pytestmark = pytest.mark.real
 HERE = Path(__file__).parent
 POLICY, SAMPLED = HERE / "policy_real.toml", HERE / "policy_real_sampled.toml"
 TARGET_REPO, DRAFT_REPO = "smollm2/instruct", "smollm2/draft"

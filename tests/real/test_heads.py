@@ -20,8 +20,7 @@ from runner.real import read_build_manifest
 from runner.real_heads import HEADS_RECIPE, VERIFIER, heads_built
 from runner.tree import DynamicTree
 
-# one xdist group: the real tests run in order on one worker, after the rest
-pytestmark = [pytest.mark.real, pytest.mark.xdist_group("real")]
+pytestmark = pytest.mark.real
 MAX_NEW = 24
 TREE = {"kind": "dynamic", "top_k": 4, "total_tokens": 16}  # small: CPU time
 PROMPTS = (
