@@ -7,8 +7,7 @@ HOST ?= 127.0.0.1
 PYTEST_ARGS ?=
 # Two pytest workers (pytest-xdist): the suite is mostly one core of Python, subprocess
 # servers and waits, so a second worker keeps the other core busy. Tests are handed out one
-# at a time in collection order, and tests/conftest.py puts the real-pair tests last.
-# `make test PYTEST_WORKERS=0` runs in one process.
+# at a time in collection order. `make test PYTEST_WORKERS=0` runs in one process.
 PYTEST_WORKERS ?= 2
 ifeq ($(PYTEST_WORKERS),0)
 XDIST_ARGS :=
@@ -16,7 +15,7 @@ else
 XDIST_ARGS := -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 endif
 
-.PHONY: run test venv lint fuzz bench-hash bench-runner bench-ingest bench-tlog bench-load demo clean
+.PHONY: run test test-real venv lint fuzz bench-hash bench-runner bench-ingest bench-tlog bench-load demo clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -36,9 +35,15 @@ run: venv
 	$(BIN)/pairreg demo
 	$(BIN)/pairreg serve --host $(HOST) --port $(PORT)
 
-## Set up and run the whole test suite (lint, layering contracts, then pytest).
+## Set up and run the test suite (lint, layering contracts, then pytest): everything but the
+## slower tiers, which have their own targets (`make test-real`, `make test-engines`).
 test: lint
-	$(BIN)/pytest $(XDIST_ARGS) --durations=15 $(PYTEST_ARGS)
+	$(BIN)/pytest $(XDIST_ARGS) --durations=15 -m "not real and not engine" $(PYTEST_ARGS)
+
+## The real-pair tier: SmolLM2-135M-Instruct from its PyPI wheel, its draft and EAGLE heads
+## (built once per recipe digest and cached), exactness and the whole governance flow on it.
+test-real: venv
+	$(BIN)/pytest $(XDIST_ARGS) --durations=15 -m real $(PYTEST_ARGS)
 
 ## ruff, the import-layering contracts, the generated operation interface is current, and
 ## the CLI type-checks against it (mypy).

@@ -197,7 +197,7 @@ def model_dir(tmp_path: Path) -> Path:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Real-pair tests run last: CI builds the real pair in the background while the rest of
-    the suite runs on the other core, and the real tests then find the build finished (they
-    wait on the build's lock otherwise)."""
+    """Real-pair tests run last when a run selects every tier (``make test`` leaves them out;
+    ``make test-real`` runs them alone): the real pair builds in the background meanwhile, and
+    the real tests then find the build finished (they wait on the build's lock otherwise)."""
     items.sort(key=lambda item: item.get_closest_marker("real") is not None)
