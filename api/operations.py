@@ -24,8 +24,8 @@ from api.auth import Principal, after_write, require_in_read_lane
 from api.json_body import direct_json_route
 from api.lanes import lanes
 from registry.contract.operations import OPERATIONS
+from registry.contract.run import run
 from registry.contract.spec import CallContext, Operation, Param
-from registry.db import transact
 from registry.settings import Settings
 
 logger = logging.getLogger("pairreg.api")
@@ -67,20 +67,12 @@ OPERATIONS_BY_NAME: dict[str, Operation] = {op.name: op for op in OPERATIONS}
 
 
 def execute(settings: Settings, op: Operation, values: Mapping[str, Any]) -> Any:
-    """Run ``op``'s service in one transaction with the server's context values; a
-    transaction the database rolled back on its own (a deadlock victim, a connection lost
-    mid-transaction) runs again rather than hand the client an error it did not cause.
-    ``GET`` operations read without a transaction of their own (``session_scope``).
+    """Run ``op`` for a remote caller (``values`` carry the actor the route authenticated)
+    through the one :func:`registry.contract.run.run` the embedded backend uses too.
 
     Where it runs is the lane's business (``api/lanes.py``): a worker thread, or a write
     worker process (``api/write_pool.py``), which calls this same function."""
-    kwargs = {**values, **op.context_values(CallContext(settings=settings, remote=True))}
-    return transact(
-        settings.db_url,
-        lambda session: op.service(session, **kwargs),
-        read_only=op.method == "GET",
-        what=op.name,
-    )
+    return run(op, values, CallContext(settings=settings, remote=True))
 
 
 def _endpoint(op: Operation, *, read_body: bool) -> Any:

@@ -3,7 +3,8 @@
 It is the typed interface (:class:`registry.contract.interface.Backend`) for the CLI's
 embedded mode and for the server's own worker. Each call validates its keyword arguments
 with the operation's input model (the same constraints the HTTP edge applies), fills the
-actor and the operation's context, and runs the service in one transaction.
+actor and the operation's context, and runs the service through the same
+:func:`registry.contract.run.run` as the HTTP routes.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from registry import db
 from registry.contract.operations import BY_NAME
+from registry.contract.run import run
 from registry.contract.spec import CallContext
 from registry.settings import Settings
 
@@ -45,11 +47,7 @@ class LocalBackend:
         def call(**kwargs: Any) -> Any:
             values = op.check(kwargs)
             self.check_schema()
-            values.update(op.context_values(self.context))
-            if op.takes_actor:
-                values["actor"] = self.actor
-            with db.session_scope(self.url) as session:
-                return op.service(session, **values)
+            return run(op, values, self.context, actor=self.actor)
 
         call.__name__ = name
         call.__doc__ = op.description
