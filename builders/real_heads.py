@@ -1,6 +1,6 @@
 """EAGLE-1 and EAGLE-3 reference heads for the real pair's target-v1: a second cached stage.
 
-The model build (:mod:`runner.real`, its ``RECIPE`` and ``BUILD_COMPLETE.json``) is left
+The model build (:mod:`builders.real`, its ``RECIPE`` and ``BUILD_COMPLETE.json``) is left
 alone; this stage reads ``target-v1`` from a finished build and writes ``eagle/`` and
 ``eagle3/`` (speculators format, the tokenizer beside them) plus its own marker
 ``HEADS_COMPLETE.json`` naming :data:`HEADS_RECIPE`'s digest and the model build's, so a
@@ -8,7 +8,7 @@ changed model build or heads recipe rebuilds the heads and nothing else.
 
 Training data: target-v1's own greedy answers to the distillation prompts, rendered with
 its chat template (and the same prompts as raw text), exactly the ``answers`` set of the
-model build (``runner.real._greedy_answers``; the stage checks the token ids against the
+model build (``builders.real._greedy_answers``; the stage checks the token ids against the
 build manifest's SHA-256). EAGLE and speculators train heads on target-generated text: a
 head learns to predict what the target emits when served, not what a corpus contains.
 
@@ -18,7 +18,7 @@ the teacher's top ids); a training step only runs the one-layer head. EAGLE-1's 
 cross-entropy is over a candidate set (the sequences' labels and teacher top ids plus a
 fixed random sample of the vocabulary), as in the model build's distillation; EAGLE-3's
 is over its whole reduced draft vocabulary (its own LM head). Training-time test as in
-:mod:`runner.eagle_train` (same mask, step weights and losses).
+:mod:`builders.eagle_train` (same mask, step weights and losses).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class RealHeadsPaths:
 
 
 def real_heads_paths(real_dir: str | os.PathLike[str] | None = None) -> RealHeadsPaths:
-    from runner.real import real_paths
+    from builders.real import real_paths
 
     p = real_paths(real_dir)
     root = Path(p.root)
@@ -92,7 +92,7 @@ def heads_recipe_digest() -> str:
 
 def heads_built(real_dir: str | os.PathLike[str] | None = None) -> bool:
     """True when the heads of the current heads recipe exist for the current model build."""
-    from runner.real import is_built, recipe_digest
+    from builders.real import is_built, recipe_digest
 
     p = real_heads_paths(real_dir)
     try:
@@ -108,7 +108,7 @@ def heads_built(real_dir: str | os.PathLike[str] | None = None) -> bool:
 
 
 def total_ticks() -> int:
-    from runner.real import answer_batches
+    from builders.real import answer_batches
 
     return answer_batches() + 1 + 2 * HEADS_RECIPE["steps"]
 
@@ -120,7 +120,7 @@ def build_real_heads(
 ) -> RealHeadsPaths:
     """Train (or reuse) the EAGLE-1 and EAGLE-3 heads for target-v1 of the real build in
     ``real_dir`` (which must be built); ``progress(stage, done, total)``."""
-    from runner.real import is_built
+    from builders.real import is_built
 
     paths = real_heads_paths(real_dir)
     if not force and heads_built(paths.root):
@@ -167,7 +167,7 @@ def draft_vocabulary(tok, answers: list[list[int]], size: int) -> list[int]:
     """EAGLE-3's reduced vocabulary, ascending: every id of the target's greedy answers
     (most frequent first), then the most frequent ids of stdlib prose and source as the
     target tokenizer splits them, ties broken by id (deterministic)."""
-    from runner import real_data
+    from builders import real_data
 
     seen = Counter(i for seq in answers for i in seq)
     text = Counter(tok(real_data.stdlib_prose())["input_ids"])
@@ -183,8 +183,8 @@ def draft_vocabulary(tok, answers: list[list[int]], size: int) -> list[int]:
 def _train(head, target, seqs: list[_Seq], negatives, gen, tick: Callable[[], None]) -> float:
     from transformers import DynamicCache
 
-    from runner.eagle_train import STEP_WEIGHT, _lr, _ttt_mask
-    from runner.real import _batches
+    from builders.eagle_train import STEP_WEIGHT, _lr, _ttt_mask
+    from builders.real import _batches
 
     r = HEADS_RECIPE
     version = head.spec.version
@@ -267,10 +267,10 @@ def _eagle1_forward(head, ids, hidden, pos, mask, cache):
 
 
 def _build(paths: RealHeadsPaths, progress: ProgressFn | None) -> RealHeadsPaths:
+    from builders import real, real_data
+    from builders.eagle_train import new_head
     from registry.manifest import build_manifest
-    from runner import real, real_data
     from runner.eagle import spec_for_target
-    from runner.eagle_train import new_head
     from runner.models import load_causal_lm, load_tokenizer
 
     marker = Path(paths.marker)

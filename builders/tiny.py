@@ -397,7 +397,7 @@ def _build(paths: TinyPaths, tick: Callable[[str], None]) -> TinyPaths:
 
 def _build_heads(paths: TinyPaths, tick: Callable[[str], None]) -> TinyPaths:
     """EAGLE-1 and EAGLE-3 heads for target-v1 (speculators format) and a Medusa tree."""
-    from runner.eagle_train import (
+    from builders.eagle_train import (
         medusa_rank_accuracy,
         medusa_tree_choices,
         train_reference_heads,
