@@ -19,7 +19,7 @@ app = typer.Typer(help="The real reference pair for end-to-end checks.", no_args
 @app.command("build")
 def build(
     out: Path | None = typer.Option(
-        None, "--out", help="Output directory (default: $PAIRREG_HOME/cache/real)."
+        None, "--out", help="Output directory (default: <user cache>/pairreg/real/<recipe digest>)."
     ),
     source: Path | None = typer.Option(
         None,

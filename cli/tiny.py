@@ -15,7 +15,7 @@ app = typer.Typer(help="Tiny reference model pairs for demos and tests.", no_arg
 @app.command("build")
 def build(
     directory: Path | None = typer.Argument(
-        None, help="Output directory (default: $PAIRREG_HOME/cache/tiny)."
+        None, help="Output directory (default: <user cache>/pairreg/tiny/<recipe digest>)."
     ),
     force: bool = typer.Option(False, "--force", help="Rebuild even if a build exists."),
 ) -> None:

@@ -1,5 +1,6 @@
 """The real reference pair, built once into the test cache (minutes on two cores, then
-reused: the build manifest's recipe digest decides whether a cached build is current)."""
+reused: each recipe digest has its own cache directory, and the completion marker's digest
+decides whether a build there is complete)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from tests.hubserver import hub_server  # noqa: F401 - re-exported pytest fixtur
 
 @pytest.fixture(scope="session")
 def real():  # type: ignore[no-untyped-def]
-    from builders.real import build_real_pair
+    from builders.real import build_real_pair, default_real_dir
 
-    return build_real_pair(TEST_CACHE / "real")
+    return build_real_pair(default_real_dir(TEST_CACHE))
 
 
 @pytest.fixture(autouse=True)
