@@ -198,3 +198,45 @@ def test_tiny_recipe_change_rebuilds_the_models_and_then_the_heads(
     heads_marker.write_text(json.dumps({"recipe_digest": "1" * 64}))
     tiny.build_tiny_pairs(out)
     assert calls[4:] == ["heads"]
+
+
+def test_real_stages_wiring_without_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real pair's two stages with the training replaced by a recorder: the heads need
+    a complete model build, are reused while both digests hold, and count as stale when
+    the model build is of another recipe."""
+    calls: list[str] = []
+
+    def fake_models(paths, source, tick):  # type: ignore[no-untyped-def]
+        calls.append("models")
+        for part in real.PARTS:
+            (Path(paths.root) / part).mkdir(parents=True, exist_ok=True)
+            (Path(paths.root) / part / "config.json").write_text("{}")
+        return {"stage_wall_seconds": {}}
+
+    def fake_heads(paths, tick):  # type: ignore[no-untyped-def]
+        calls.append("heads")
+        for d in (paths.eagle, paths.eagle3):
+            Path(d).mkdir(parents=True, exist_ok=True)
+            (Path(d) / "config.json").write_text("{}")
+        return {"heads_recipe": real_heads.HEADS_RECIPE}
+
+    monkeypatch.setattr(real, "_build", fake_models)
+    monkeypatch.setattr(real_heads, "_build", fake_heads)
+    out = tmp_path / "real"
+    with pytest.raises(RuntimeError, match="run the model build first"):
+        real_heads.build_real_heads(out)
+    real.build_real_pair(out)
+    real_heads.build_real_heads(out)
+    real.build_real_pair(out)
+    real_heads.build_real_heads(out)
+    assert calls == ["models", "heads"]
+    assert real.is_built(out) and real_heads.heads_built(out)
+    meta = json.loads((out / real_heads.HEADS_MARKER).read_text())
+    assert meta["recipe"] == {"heads": real_heads.HEADS_RECIPE, "models": real.MODELS.digest}
+    marker = out / real.MARKER
+    marker.write_text(json.dumps({**json.loads(marker.read_text()), "recipe_digest": "f" * 64}))
+    assert not real.is_built(out) and not real_heads.heads_built(out)
+    real.build_real_pair(out)
+    assert calls[-1] == "models" and real_heads.heads_built(out)
