@@ -102,7 +102,14 @@ RECIPE: dict[str, Any] = {
     "v2_header": True,
 }
 
-MODELS = Stage("real-models", RECIPE, MARKER, outputs=tuple(f"{p}/config.json" for p in PARTS))
+HEADS_MARKER = "HEADS_COMPLETE.json"  # the heads stage (builders.real_heads) builds on this one
+MODELS = Stage(
+    "real-models",
+    RECIPE,
+    MARKER,
+    outputs=tuple(f"{p}/config.json" for p in PARTS),
+    dependents=(HEADS_MARKER,),
+)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from torch.nn import functional as F
 from builders import real
 from builders.stage import Laps, ProgressFn, Stage, Ticker, recipe_digest
 
-HEADS_MARKER = "HEADS_COMPLETE.json"
+HEADS_MARKER = real.HEADS_MARKER
 HEADS_RECIPE: dict[str, Any] = {
     "version": "real-heads-1",
     "seed": 20251202,

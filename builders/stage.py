@@ -39,6 +39,9 @@ class Stage:
     recipe: Mapping[str, Any]
     marker: str
     outputs: tuple[str, ...] = field(default_factory=tuple)
+    # markers of the stages built on this one's outputs: a rebuild removes them, so what
+    # was trained on the replaced outputs is rebuilt too, even under the same recipes
+    dependents: tuple[str, ...] = ()
 
     @property
     def digest(self) -> str:
@@ -85,7 +88,8 @@ class Stage:
             try:
                 if not force and self.is_built(root):
                     return False
-                (root / self.marker).unlink(missing_ok=True)
+                for marker in (self.marker, *self.dependents):
+                    (root / marker).unlink(missing_ok=True)
                 wall0, cpu0 = time.perf_counter(), time.process_time()
                 with deterministic_torch(threads):
                     meta = dict(make(root))

@@ -74,6 +74,7 @@ MODELS = Stage(
     RECIPE,
     MARKER,
     outputs=("tokenizer", "target-v1", "target-v2", "draft", "medusa"),
+    dependents=(HEADS_MARKER,),
 )
 HEADS_RECIPE: dict[str, Any] = {
     "version": HEADS_RECIPE_VERSION,
@@ -302,11 +303,12 @@ def build_tiny_pairs(
     tick = Ticker(
         progress, heads + (TARGET_STEPS + DRAFT_STEPS + MEDUSA_STEPS + V2_STEPS if models else 0)
     )
+    # a models build removes the heads marker (MODELS.dependents): heads trained on a
+    # replaced target-v1 are rebuilt, once, by whichever builder takes the heads lock first
     MODELS.run(paths.root, lambda _: _build(paths, tick), threads=RECIPE["threads"], force=force)
-    # a rebuilt target-v1 changes the models digest the heads recipe names: heads rebuilt
     HEADS.run(
         paths.root, lambda _: _build_heads(paths, tick), threads=HEADS_RECIPE["threads"],
-        force=force or models,
+        force=force,
     )  # fmt: skip
     return paths
 

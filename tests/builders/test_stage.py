@@ -83,6 +83,17 @@ def test_failed_build_leaves_no_marker(tmp_path: Path) -> None:
     assert not stage.is_built(tmp_path)  # the old marker went before the build started
 
 
+def test_a_rebuild_invalidates_the_stages_built_on_it(tmp_path: Path) -> None:
+    base = Stage("base", {"v": 1}, "BASE.json", outputs=("out.txt",), dependents=("TOP.json",))
+    top = Stage("top", {"v": 1, "base": base.digest}, "TOP.json")
+    calls: list[str] = []
+    base.run(tmp_path, _maker(calls))
+    top.run(tmp_path, lambda root: {})
+    assert top.is_built(tmp_path)
+    base.run(tmp_path, _maker(calls), force=True)
+    assert base.is_built(tmp_path) and not top.is_built(tmp_path)
+
+
 def test_concurrent_builders_build_once(tmp_path: Path) -> None:
     """Two builders of one recipe: the second waits on the lock, then reuses the build."""
     stage, calls = _stage(), []
@@ -205,7 +216,7 @@ def test_real_stages_wiring_without_the_model(
 ) -> None:
     """The real pair's two stages with the training replaced by a recorder: the heads need
     a complete model build, are reused while both digests hold, and count as stale when
-    the model build is of another recipe."""
+    the model build is of another recipe or was built again."""
     calls: list[str] = []
 
     def fake_models(paths, source, tick):  # type: ignore[no-untyped-def]
@@ -239,4 +250,39 @@ def test_real_stages_wiring_without_the_model(
     marker.write_text(json.dumps({**json.loads(marker.read_text()), "recipe_digest": "f" * 64}))
     assert not real.is_built(out) and not real_heads.heads_built(out)
     real.build_real_pair(out)
-    assert calls[-1] == "models" and real_heads.heads_built(out)
+    assert calls[-1] == "models" and not real_heads.heads_built(out)  # trained on the old
+    real_heads.build_real_heads(out)
+    assert calls[-2:] == ["models", "heads"] and real_heads.heads_built(out)
+
+
+def test_tiny_builders_racing_build_each_stage_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two ``build_tiny_pairs`` calls at once on an empty directory: one builds the models
+    and the heads, the other waits on each stage's lock and reuses both."""
+    calls: list[str] = []
+
+    def fake_models(paths: tiny.TinyPaths, tick) -> dict[str, object]:  # type: ignore[no-untyped-def]
+        calls.append("models")
+        time.sleep(0.3)
+        for p in (paths.tokenizer, paths.target_v1, paths.target_v2, paths.draft, paths.medusa):
+            Path(p).mkdir(parents=True, exist_ok=True)
+        return {}
+
+    def fake_heads(paths: tiny.TinyPaths, tick) -> dict[str, object]:  # type: ignore[no-untyped-def]
+        calls.append("heads")
+        time.sleep(0.3)
+        for p in (paths.eagle, paths.eagle3):
+            Path(p).mkdir(parents=True, exist_ok=True)
+        Path(paths.medusa_tree).write_text("{}")
+        return {}
+
+    monkeypatch.setattr(tiny, "_build", fake_models)
+    monkeypatch.setattr(tiny, "_build_heads", fake_heads)
+    out = tmp_path / "tiny"
+    threads = [threading.Thread(target=tiny.build_tiny_pairs, args=(out,)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls == ["models", "heads"] and tiny.is_built(out)
