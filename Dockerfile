@@ -23,6 +23,7 @@ WORKDIR /app
 COPY pyproject.toml README.md* alembic.ini ./
 COPY registry ./registry
 COPY runner ./runner
+COPY builders ./builders
 COPY api ./api
 COPY cli ./cli
 COPY migrations ./migrations

@@ -45,13 +45,13 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PAIRREG_MLFLOW"] = "0"
 
     from api.backend import local_backend
+    from builders.tiny import build_tiny_pairs
     from registry.economics.hardware import profile_from_dict, profile_toml, user_dir
     from registry.services.system import initialise
     from registry.settings import Settings, reset_settings
     from runner import MeasureSettings, load_suite, measure_pair
     from runner.hardware_probe import measure_profile
     from runner.suites import suite_digest
-    from runner.tiny import build_tiny_pairs
 
     reset_settings()
     settings = Settings()

@@ -3,8 +3,8 @@ shipped adversarial suite, with and without a strict prefix.
 
     .venv/bin/python bench/lossy_divergence.py --prefixes 0,4,8,16 --first 8,16,32
 
-Registers the tiny reference target and draft (built into ``.pairreg-test-cache/tiny`` by
-the test suite, or ``--tiny DIR``) in a scratch SQLite registry, then for each strict prefix
+Registers the tiny reference target and draft (in the builders' cache, where the test
+suite builds them, or ``--tiny DIR``) in a scratch SQLite registry, then for each strict prefix
 length measures the pair (draft model, k=4, greedy, typical acceptance with Medusa's
 threshold ε and α given explicitly) on every adversarial prompt through the same
 measurement path workers use (``runner.executor.RunnerExecutor``, which records where each
@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("PAIRREG_MLFLOW", "0")
 
+from builders.tiny import default_tiny_dir  # noqa: E402
 from registry import db  # noqa: E402
 from registry.db import session_scope  # noqa: E402
 from registry.jobloop import MeasureTask  # noqa: E402
@@ -37,7 +38,7 @@ from runner.executor import RunnerExecutor  # noqa: E402
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tiny", default=str(REPO / ".pairreg-test-cache" / "tiny"))
+    ap.add_argument("--tiny", default=str(default_tiny_dir()))
     ap.add_argument("--prefixes", default="0,4,8,16")
     ap.add_argument("--first", default="8,16,32")
     ap.add_argument("--epsilon", type=float, default=0.09)

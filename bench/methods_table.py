@@ -18,8 +18,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from builders.tiny import build_tiny_pairs, medusa_tree  # noqa: E402
 from runner import MeasureSettings, load_suite, measure_pair  # noqa: E402
-from runner.tiny import build_tiny_pairs, medusa_tree  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,9 +15,9 @@ import json
 import time
 from pathlib import Path
 
+from builders.real import build_real_pair
+from builders.real_heads import build_real_heads
 from runner import MeasureSettings, load_suite, measure_pair
-from runner.real import build_real_pair
-from runner.real_heads import build_real_heads
 
 
 def heads(args: argparse.Namespace) -> int:

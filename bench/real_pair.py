@@ -29,11 +29,11 @@ from pathlib import Path
 
 import torch
 
+from builders.real import MARKER, build_real_pair
 from runner.drafters import DraftModelDrafter
 from runner.engine import DecodeOptions, SpeculativeEngine
 from runner.measure import encode_prompt
 from runner.models import eos_ids, load_causal_lm, load_tokenizer
-from runner.real import MARKER, build_real_pair
 from runner.stats import summarize_group
 from runner.suites import load_suite
 

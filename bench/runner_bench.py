@@ -30,6 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import real_pair  # noqa: E402
+from builders.tiny import build_tiny_pairs, medusa_tree  # noqa: E402
 from runner.build import build_drafter  # noqa: E402
 from runner.drafters import DraftModelDrafter  # noqa: E402
 from runner.engine import DecodeOptions, SpeculativeEngine  # noqa: E402
@@ -38,7 +39,6 @@ from runner.models import eos_ids, load_causal_lm, load_tokenizer  # noqa: E402
 from runner.settings import MeasureSettings  # noqa: E402
 from runner.stats import summarize_group  # noqa: E402
 from runner.suites import load_suite  # noqa: E402
-from runner.tiny import build_tiny_pairs, medusa_tree  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,7 +43,7 @@ def demo(
     force: bool = typer.Option(False, "--force", help="Seed even if the demo is already live."),
 ) -> None:
     """Build the tiny pairs (cached), register, validate and promote them to `demo`."""
-    from runner import build_tiny_pairs
+    from builders.tiny import build_tiny_pairs
 
     backend = get_backend()
     if not force:

@@ -9,7 +9,7 @@ import typer
 from cli.backend import get_backend
 from cli.render import console, kv, print_json, short, table
 from registry.lifecycle import PairStatus
-from registry.methods import Method
+from registry.methods import METHODS, Method
 from registry.records import PairRecord
 from registry.services.pairs import parse_set_options
 
@@ -47,9 +47,7 @@ def show_pair(pair: PairRecord) -> None:
 def register(
     target: str = typer.Option(..., "--target", help="Target artifact reference."),
     draft: str | None = typer.Option(None, "--draft", help="Drafter artifact (draft or heads)."),
-    method: str = typer.Option(
-        ..., "--method", help="draft_model|prompt_lookup|medusa|eagle|eagle3|mtp"
-    ),
+    method: str = typer.Option(..., "--method", help="|".join(METHODS)),
     k: int = typer.Option(..., "--k", help="num_speculative_tokens."),
     set_: list[str] = typer.Option([], "--set", help="Config key=value (repeatable)."),
     strict: bool = typer.Option(False, "--strict", help="Treat compatibility warnings as errors."),

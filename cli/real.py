@@ -19,7 +19,7 @@ app = typer.Typer(help="The real reference pair for end-to-end checks.", no_args
 @app.command("build")
 def build(
     out: Path | None = typer.Option(
-        None, "--out", help="Output directory (default: $PAIRREG_HOME/cache/real)."
+        None, "--out", help="Output directory (default: <user cache>/pairreg/real/<recipe digest>)."
     ),
     source: Path | None = typer.Option(
         None,
@@ -35,7 +35,7 @@ def build(
 ) -> None:
     """Convert the GGUF model and train draft, target-v2 and draft-v2 (minutes on 2 cores);
     with ``--heads``, EAGLE-1 and EAGLE-3 heads for target-v1 as well."""
-    from runner.real import build_real_pair, is_built, real_paths
+    from builders.real import build_real_pair, is_built, real_paths
 
     console = Console()
     if source is not None and not source.is_file():
@@ -58,7 +58,7 @@ def build(
 
 
 def _build_heads(console: Console, root: str, force: bool) -> None:
-    from runner.real_heads import build_real_heads, heads_built
+    from builders.real_heads import build_real_heads, heads_built
 
     t0 = time.perf_counter()
     if not force and heads_built(root):
@@ -67,7 +67,7 @@ def _build_heads(console: Console, root: str, force: bool) -> None:
         with _bar(console) as progress:
             build_real_heads(root, progress=progress, force=force)
         console.print(f"heads built in {time.perf_counter() - t0:.1f} s")
-    from runner.real_heads import real_heads_paths
+    from builders.real_heads import real_heads_paths
 
     hp = real_heads_paths(root)
     digests = json.loads(Path(hp.marker).read_text())["manifest_digests"]

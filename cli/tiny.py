@@ -15,12 +15,12 @@ app = typer.Typer(help="Tiny reference model pairs for demos and tests.", no_arg
 @app.command("build")
 def build(
     directory: Path | None = typer.Argument(
-        None, help="Output directory (default: $PAIRREG_HOME/cache/tiny)."
+        None, help="Output directory (default: <user cache>/pairreg/tiny/<recipe digest>)."
     ),
     force: bool = typer.Option(False, "--force", help="Rebuild even if a build exists."),
 ) -> None:
     """Train target-v1, draft, Medusa heads and target-v2 (about a minute on 2 cores)."""
-    from runner.tiny import build_tiny_pairs, is_built, tiny_paths
+    from builders.tiny import build_tiny_pairs, is_built, tiny_paths
 
     console = Console()
     out = str(directory) if directory is not None else None

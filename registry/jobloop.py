@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from registry.contract.interface import Backend
 from registry.errors import Conflict, PairregError
 from registry.materialize import IntegrityError, materialise
+from registry.methods import get_method
 from registry.records import ArtifactRecord, VerifyReport
 from registry.records_governance import JobRecord, ValidationRecord
 
@@ -116,7 +117,8 @@ def measure_task(backend: Backend, job: JobRecord, device: str, dirs: Materialis
         old = backend.get_artifact(ref=str(drift["previous_target_id"]))
         teacher = TeacherForcedTask(
             old_target_dir=dirs.artifact(old),
-            draft_dir=drafter_dir if pair.method == "draft_model" else None,
+            # teacher-forced overlap compares two causal LMs: only a draft model has one
+            draft_dir=drafter_dir if get_method(pair.method).drafter == "model" else None,
             baseline_prompts=list(baseline.prompts or []),
         )
     return MeasureTask(

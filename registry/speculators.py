@@ -29,17 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from registry.methods import SPECULATORS_TYPES, TABLE, get_method
+
 PAIRREG_KEY = "pairreg"
 PIN_FORMAT = "pairreg-pin-1"
-# speculators_model_type / algorithm -> pair method
-METHOD_OF = {
-    "eagle": "eagle",
-    "eagle3": "eagle3",
-    "medusa": "medusa",
-    "mtp": "mtp",
-    "draft_model": "draft_model",
-    "independent": "draft_model",
-}
+# speculators_model_type / algorithm -> pair method (each method names its types)
+METHOD_OF = SPECULATORS_TYPES
 MAX_STATIC_NODES = 512
 
 
@@ -214,8 +209,9 @@ def pinned_config(
     spec["default_proposal_method"] = methods[0]["proposal_type"]
     spec["verifier"] = {"name_or_path": verifier_name, "architectures": verifier_architectures}
     out["speculators_config"] = spec
-    if "speculators_model_type" not in out and method in ("eagle", "eagle3"):
-        out["speculators_model_type"] = method
+    model_type = get_method(method).speculators_model_type if method in TABLE else None
+    if "speculators_model_type" not in out and model_type:
+        out["speculators_model_type"] = model_type
     out[PAIRREG_KEY] = {
         "format": PIN_FORMAT,
         "verifier": {

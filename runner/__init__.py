@@ -11,7 +11,6 @@ from runner.overlap import greedy_continuations, teacher_forced_overlap
 from runner.settings import MeasureSettings
 from runner.stats import speedup_estimate, summarize, theoretical_tau
 from runner.suites import CATEGORIES, Prompt, Suite, load_suite, suite_digest
-from runner.tiny import TinyPaths, build_tiny_pairs, default_tiny_dir, tiny_paths
 from runner.version import RUNNER_VERSION
 
 __all__ = [
@@ -24,9 +23,6 @@ __all__ = [
     "PromptRun",
     "SpeculativeEngine",
     "Suite",
-    "TinyPaths",
-    "build_tiny_pairs",
-    "default_tiny_dir",
     "default_tracking_uri",
     "greedy_continuations",
     "load_suite",
@@ -38,5 +34,4 @@ __all__ = [
     "summarize",
     "teacher_forced_overlap",
     "theoretical_tau",
-    "tiny_paths",
 ]

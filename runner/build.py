@@ -7,6 +7,7 @@ count), or a served pair could behave differently from the measured one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,69 @@ class BuiltEngine:
     eos: set[int]
 
 
+# One drafter factory per method the runner executes, keyed by the method object's name
+# (registry/methods/); ``none`` is the plain target, the baseline of every speed-up.
+# Each factory gets the settings, the drafter directory, the loaded target, the device, the
+# generator, the sampling probabilities (None: greedy) and the tree shape (None: a chain),
+# and returns the drafter and the tokens it drafts per step.
+DrafterFactory = Callable[..., tuple[Any, int]]
+
+
+def _draft_model(s, drafter_dir, target, device, generator, prob_fn, shape) -> tuple[Any, int]:
+    if not drafter_dir:
+        raise ValueError("method 'draft_model' needs a drafter directory")
+    draft_model = load_causal_lm(drafter_dir, device, s.dtype, s.trust_remote_code)
+    tv, dv = target.config.vocab_size, draft_model.config.vocab_size
+    if not tv <= dv <= tv + MAX_PADDING:  # the registry's rule: padding up to 128 ids
+        raise ValueError(f"vocab mismatch: target {tv}, draft {dv}")
+    vocab = tv if dv > tv else None
+    return DraftModelDrafter(draft_model, prob_fn, generator, vocab), s.k
+
+
+def _medusa(s, drafter_dir, target, device, generator, prob_fn, shape) -> tuple[Any, int]:
+    if not drafter_dir:
+        raise ValueError("method 'medusa' needs a heads directory")
+    heads = load_medusa(drafter_dir).to(device=device, dtype=resolve_dtype(s.dtype))
+    if heads.hidden_size != target.config.hidden_size:
+        raise ValueError(
+            f"Medusa hidden size {heads.hidden_size} != target {target.config.hidden_size}"
+        )
+    if shape is not None and not isinstance(shape, StaticTree):
+        raise ValueError("Medusa heads take a static tree (choices), not a dynamic one")
+    return MedusaDrafter(heads, prob_fn, generator, shape), min(s.k, heads.num_heads)
+
+
+def _eagle(s, drafter_dir, target, device, generator, prob_fn, shape) -> tuple[Any, int]:
+    """EAGLE-1 and EAGLE-3: one loader, the head's speculators type must be the method."""
+    if not drafter_dir:
+        raise ValueError(f"method {s.method!r} needs a heads directory")
+    kind = eagle_type(drafter_dir)
+    if kind != s.method:
+        raise ValueError(
+            f"{drafter_dir} is not an {s.method} head (speculators_model_type={kind!r})"
+        )
+    head = load_eagle(drafter_dir).to(device=device, dtype=resolve_dtype(s.dtype))
+    return EagleDrafter(head, target, prob_fn, generator, shape), s.k
+
+
+def _prompt_lookup(s, drafter_dir, target, device, generator, prob_fn, shape) -> tuple[Any, int]:
+    return PromptLookupDrafter(s.max_ngram, s.min_ngram), s.k
+
+
+def _none(s, drafter_dir, target, device, generator, prob_fn, shape) -> tuple[Any, int]:
+    return None, 0
+
+
+DRAFTERS: dict[str, DrafterFactory] = {
+    "draft_model": _draft_model,
+    "prompt_lookup": _prompt_lookup,
+    "medusa": _medusa,
+    "eagle": _eagle,
+    "eagle3": _eagle,
+    "none": _none,
+}
+
+
 def build_drafter(
     s: MeasureSettings, drafter_dir: str | None, target: Any, device: torch.device, generator
 ) -> tuple[Any, int]:
@@ -47,41 +111,10 @@ def build_drafter(
     shape = tree_shape(s.tree)
     if shape is not None and s.method not in TREE_METHODS:
         raise ValueError(f"method {s.method!r} drafts chains only; token trees need heads")
-    if s.method == "draft_model":
-        if not drafter_dir:
-            raise ValueError("method 'draft_model' needs a drafter directory")
-        draft_model = load_causal_lm(drafter_dir, device, s.dtype, s.trust_remote_code)
-        tv, dv = target.config.vocab_size, draft_model.config.vocab_size
-        if not tv <= dv <= tv + MAX_PADDING:  # the registry's rule: padding up to 128 ids
-            raise ValueError(f"vocab mismatch: target {tv}, draft {dv}")
-        vocab = tv if dv > tv else None
-        return DraftModelDrafter(draft_model, prob_fn, generator, vocab), s.k
-    if s.method == "medusa":
-        if not drafter_dir:
-            raise ValueError("method 'medusa' needs a heads directory")
-        heads = load_medusa(drafter_dir).to(device=device, dtype=resolve_dtype(s.dtype))
-        if heads.hidden_size != target.config.hidden_size:
-            raise ValueError(
-                f"Medusa hidden size {heads.hidden_size} != target {target.config.hidden_size}"
-            )
-        if shape is not None and not isinstance(shape, StaticTree):
-            raise ValueError("Medusa heads take a static tree (choices), not a dynamic one")
-        return MedusaDrafter(heads, prob_fn, generator, shape), min(s.k, heads.num_heads)
-    if s.method in ("eagle", "eagle3"):
-        if not drafter_dir:
-            raise ValueError(f"method {s.method!r} needs a heads directory")
-        kind = eagle_type(drafter_dir)
-        if kind != s.method:
-            raise ValueError(
-                f"{drafter_dir} is not an {s.method} head (speculators_model_type={kind!r})"
-            )
-        head = load_eagle(drafter_dir).to(device=device, dtype=resolve_dtype(s.dtype))
-        return EagleDrafter(head, target, prob_fn, generator, shape), s.k
-    if s.method == "prompt_lookup":
-        return PromptLookupDrafter(s.max_ngram, s.min_ngram), s.k
-    if s.method == "none":
-        return None, 0
-    raise ValueError(f"the runner cannot build method {s.method!r}")
+    factory = DRAFTERS.get(s.method)
+    if factory is None:
+        raise ValueError(f"the runner cannot build method {s.method!r}")
+    return factory(s, drafter_dir, target, device, generator, prob_fn, shape)
 
 
 def _prob_fn(s: MeasureSettings):  # -> Callable[[Tensor], Tensor]

@@ -19,6 +19,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from builders.settings import cache_root
 from registry import db
 from registry.settings import Settings, reset_settings
 
@@ -28,8 +29,10 @@ PG_URL = os.environ.get(
 REQUIRE_PG = os.environ.get("CI") == "true" or os.environ.get("PAIRREG_REQUIRE_POSTGRES") == "1"
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
 REPO = Path(__file__).resolve().parents[1]
-# The tiny reference pairs are built once here and reused across sessions.
-TEST_CACHE = Path(os.environ.get("PAIRREG_TEST_CACHE") or REPO / ".pairreg-test-cache")
+# The reference builds' cache root: PAIRREG_TEST_CACHE, else the builders' own (the user
+# cache directory or PAIRREG_BUILD_CACHE), so every clone and CI run on one machine reuses
+# one build per recipe digest (``builders.settings``).
+TEST_CACHE = Path(os.environ.get("PAIRREG_TEST_CACHE") or cache_root())
 
 
 def _pg_admin_engine():  # type: ignore[no-untyped-def]
@@ -183,9 +186,9 @@ def home(tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterat
 @pytest.fixture(scope="session")
 def tiny():  # type: ignore[no-untyped-def]
     """Paths of the tiny pairs (target-v1, target-v2, draft, medusa), built once."""
-    from runner import build_tiny_pairs
+    from builders.tiny import build_tiny_pairs, default_tiny_dir
 
-    return build_tiny_pairs(TEST_CACHE / "tiny")
+    return build_tiny_pairs(default_tiny_dir(TEST_CACHE))
 
 
 @pytest.fixture

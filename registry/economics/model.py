@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from registry.economics.facts import ArchFacts, attention_flops_per_token
 from registry.economics.hardware import HardwareProfile
+from registry.methods import get_method
 
 # vLLM's default gpu_memory_utilization: the share of memory a server plans with.
 DEFAULT_MEMORY_FRACTION = 0.9
@@ -60,12 +61,10 @@ def step_time(
 
 
 def drafter_passes(method: str, k: int) -> int:
-    """Forward passes of the drafter per decoding step."""
-    if method in ("draft_model", "eagle", "eagle3", "mtp"):
-        return k
-    if method == "medusa":
-        return 1
-    return 0  # prompt lookup: a host-side n-gram search
+    """Forward passes of the drafter per decoding step (the method's ``draft_passes``:
+    one per token for a draft model or EAGLE, one for Medusa's parallel heads, none for
+    prompt lookup's host-side n-gram search)."""
+    return get_method(method).drafter_passes(k)
 
 
 @dataclass(frozen=True)
@@ -84,8 +83,9 @@ def shape_for(method: str, k: int, tau: float, drafted_per_step: float | None = 
     """A chain drafts ``k`` tokens per step; a tree ``drafted_per_step`` nodes (measured)
     over ``k`` levels, so each drafter pass handles nodes / k tokens per sequence."""
     drafted = float(k if drafted_per_step is None else drafted_per_step)
-    passes = drafter_passes(method, k)
-    per_pass = 1.0 if method == "medusa" else (drafted / k if k else 0.0)
+    m = get_method(method)
+    passes = m.drafter_passes(k)
+    per_pass = m.draft_tokens_per_pass(drafted, k)
     return Shape(method, k, float(tau), 1.0 + drafted, passes, max(per_pass, 1.0 if passes else 0))
 
 

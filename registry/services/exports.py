@@ -21,6 +21,7 @@ from registry import speculators
 from registry.errors import InvalidInput, PairregError
 from registry.manifest import hash_file
 from registry.materialize import locate
+from registry.methods import get_method
 from registry.models import Artifact, Pair
 from registry.records_requests import ExportResult, SpeculatorsExport
 from registry.refs import resolve_deployment, resolve_pair
@@ -30,20 +31,8 @@ from registry.services.base import operation
 ENGINES = ("vllm", "sglang")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
-VLLM_METHOD = {
-    "draft_model": "draft_model",
-    "prompt_lookup": "ngram",
-    "medusa": "medusa",
-    "eagle": "eagle",
-    "eagle3": "eagle3",
-    "mtp": "mtp",
-}
-SGLANG_ALGORITHM = {
-    "draft_model": "STANDALONE",
-    "prompt_lookup": "NGRAM",
-    "eagle": "EAGLE",
-    "eagle3": "EAGLE3",
-}
+# What each engine calls a method, and what it takes of the method's config, is the
+# method's own (``vllm_method``, ``vllm_options``, ``sglang_algorithm``: registry/methods/).
 
 
 def _pinned(art: Artifact, role: str) -> tuple[str, str]:
@@ -69,24 +58,23 @@ def _live_pair(session: Session, deployment: str) -> Pair:
 def vllm_args(pair: Pair, deployment: str) -> tuple[list[str], dict[str, Any]]:
     repo, commit = _pinned(pair.target, "target")
     cfg = pair.config
-    spec: dict[str, Any] = {
-        "method": VLLM_METHOD[pair.method],
-        "num_speculative_tokens": pair.k,
-    }
+    m = get_method(pair.method)
+    if m.vllm_method is None:
+        raise InvalidInput(f"vLLM has no speculative method for {pair.method}", field="engine")
+    spec: dict[str, Any] = {"method": m.vllm_method, "num_speculative_tokens": pair.k}
     if pair.drafter is not None:
         drepo, dcommit = _pinned(pair.drafter, "drafter")
         spec["model"] = drepo
         spec["revision"] = dcommit
-    if pair.method == "prompt_lookup":
-        spec["prompt_lookup_max"] = cfg.get("prompt_lookup_max")
-        spec["prompt_lookup_min"] = cfg.get("prompt_lookup_min")
+    spec.update(m.vllm_options(cfg))
     tree = cfg.get("tree")
     if tree:
-        if pair.method not in ("eagle", "eagle3") or tree.get("kind") != "static":
-            what = "dynamic (EAGLE-2) trees" if tree.get("kind") == "dynamic" else "Medusa trees"
+        if not m.vllm_static_tree or tree.get("kind") != "static":
+            what = "dynamic (EAGLE-2)" if tree.get("kind") == "dynamic" else m.title
+            what += " trees"
             raise InvalidInput(
                 f"vLLM has no {what}: pair {pair.pair_digest[:12]} would be served as a chain, "
-                "not as registered" + ("; export it for sglang" if pair.method != "medusa" else ""),
+                "not as registered" + ("; export it for sglang" if m.sglang_algorithm else ""),
                 field="engine",
             )
         # vLLM's tree attention: node paths as a Python literal; one draft token per node
@@ -105,7 +93,7 @@ def vllm_args(pair: Pair, deployment: str) -> tuple[list[str], dict[str, Any]]:
 
 
 def sglang_args(pair: Pair, deployment: str) -> list[str]:
-    algorithm = SGLANG_ALGORITHM.get(pair.method)
+    algorithm = get_method(pair.method).sglang_algorithm
     if algorithm is None:
         raise InvalidInput(
             f"SGLang has no speculative algorithm for method {pair.method}", field="engine"

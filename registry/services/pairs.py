@@ -22,15 +22,15 @@ from registry.manifest import hash_file
 from registry.methods import (
     ACCEPTANCE_RULES,
     DTYPES,
-    HEAD_METHODS,
-    METHODS,
-    PROMPT_LOOKUP_DEFAULTS,
-    TREE_KINDS,
-    TREE_METHODS,
+    SPECULATORS_TYPES,
+    TABLE,
     TYPICAL_DEFAULTS,
     Method,
+    get_method,
     is_lossy,
+    normalise_tree,
 )
+from registry.methods.base import check_int, check_number, reads_hidden_size
 from registry.models import Artifact, Pair
 from registry.params import Cursor, Limit, Reason
 from registry.records import (
@@ -53,15 +53,7 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "engine": "pairreg",
     "engine_version": "1",
 }
-METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
-    "prompt_lookup": dict(PROMPT_LOOKUP_DEFAULTS),
-    "eagle": {"tree": None},
-    "eagle3": {"tree": None},
-}
-# Keys a method accepts without a default: absent from the normalised config unless set,
-# so the digests of pairs registered before the key existed do not change.
-OPTIONAL_KEYS: dict[str, tuple[str, ...]] = {"medusa": ("tree",)}
-MAX_TREE_NODES = 512
+# Each method adds its own keys (its defaults and optional keys: registry/methods/).
 
 
 TEXT_KEYS = frozenset({"acceptance", "dtype", "engine", "engine_version"})
@@ -92,8 +84,7 @@ def parse_set_options(items: list[str] | None) -> dict[str, Any]:
 
 def normalise_config(method: str, k: int, options: dict[str, Any]) -> dict[str, Any]:
     """Fill defaults, check types and sort keys: equal intent gives an equal digest."""
-    if method not in METHODS:
-        raise InvalidInput(f"method must be one of {', '.join(METHODS)}", field="method")
+    m = get_method(method)
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 64:
         raise InvalidInput("k (num_speculative_tokens) must be an integer from 1 to 64", field="k")
     rule = options.get("acceptance", "strict")
@@ -102,8 +93,8 @@ def normalise_config(method: str, k: int, options: dict[str, Any]) -> dict[str, 
             f"acceptance must be one of {', '.join(ACCEPTANCE_RULES)}", field="acceptance"
         )
     allowed = dict(COMMON_DEFAULTS)
-    allowed.update(METHOD_DEFAULTS.get(method, {}))
-    optional = OPTIONAL_KEYS.get(method, ())
+    allowed.update(m.defaults)
+    optional = m.optional_keys
     allowed.update({key: None for key in optional})
     if rule == "typical":
         allowed.update(TYPICAL_DEFAULTS)
@@ -119,117 +110,18 @@ def normalise_config(method: str, k: int, options: dict[str, Any]) -> dict[str, 
         raise InvalidInput(f"dtype must be one of {', '.join(DTYPES)}", field="dtype")
     for key in ("engine", "engine_version"):
         config[key] = str(config[key])
-    _check_number(config, "typical_epsilon", 0.0, 1.0)
-    _check_number(config, "typical_delta", 0.0, 1.0)
-    _check_int(config, "strict_prefix_tokens", 0, 100_000)
-    _check_int(config, "prompt_lookup_max", 1, 16)
-    _check_int(config, "prompt_lookup_min", 1, 16)
-    if method == "prompt_lookup" and config["prompt_lookup_min"] > config["prompt_lookup_max"]:
-        raise InvalidInput(
-            "prompt_lookup_min must not exceed prompt_lookup_max", field="prompt_lookup_min"
-        )
+    check_number(config, "typical_epsilon", 0.0, 1.0)
+    check_number(config, "typical_delta", 0.0, 1.0)
+    check_int(config, "strict_prefix_tokens", 0, 100_000)
+    m.check_config(config)
     if "tree" in config:
-        config["tree"] = normalise_tree(config["tree"], method, k, rule)
+        config["tree"] = normalise_tree(config["tree"], m, k, rule)
     for key in optional:
         if config.get(key) is None:
             config.pop(key, None)
     config["method"] = method
     config["num_speculative_tokens"] = k
     return dict(sorted(config.items()))
-
-
-def normalise_tree(value: Any, method: str, k: int, rule: str) -> dict[str, Any] | None:
-    """A token tree's shape, checked and in canonical form (it is part of the digest).
-
-    ``{"kind": "static", "choices": [[0], [1], [0, 0], ...]}``: candidate-rank paths
-    (prefix-closed, sorted by depth then path; vLLM's ``speculative_token_tree``).
-    ``{"kind": "dynamic", "top_k": K, "total_tokens": N}``: EAGLE-2 (expand the K most
-    confident nodes per level with K candidates each, verify the best N). Either way the
-    tree's depth is ``num_speculative_tokens``; ``kind`` may be left out when the keys say
-    which it is. Trees are verified losslessly, so only the strict rule takes one.
-    """
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise InvalidInput("tree must be an object (static choices or dynamic top_k)", field="tree")
-    if method not in TREE_METHODS:
-        raise InvalidInput(f"method {method} drafts chains only; tree needs heads", field="tree")
-    if rule != "strict":
-        raise InvalidInput("a token tree is verified with the strict rule only", field="tree")
-    kind = value.get("kind") or (
-        "static" if "choices" in value else "dynamic" if "top_k" in value else None
-    )
-    if kind not in TREE_KINDS:
-        raise InvalidInput(f"tree.kind must be one of {', '.join(TREE_KINDS)}", field="tree.kind")
-    keys = {"static": {"kind", "choices"}, "dynamic": {"kind", "top_k", "total_tokens"}}[kind]
-    unknown = sorted(set(value) - keys)
-    if unknown:
-        raise InvalidInput(
-            f"unknown key tree.{unknown[0]} for a {kind} tree; allowed: {', '.join(sorted(keys))}",
-            field=f"tree.{unknown[0]}",
-        )
-    if kind == "dynamic":
-        if method == "medusa":
-            raise InvalidInput("Medusa heads take a static tree (choices)", field="tree.kind")
-        out: dict[str, Any] = {"kind": "dynamic"}
-        for key, hi in (("top_k", 64), ("total_tokens", MAX_TREE_NODES)):
-            v = value.get(key)
-            if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= hi:
-                raise InvalidInput(
-                    f"tree.{key} must be an integer from 1 to {hi}", field=f"tree.{key}"
-                )
-            out[key] = v
-        return out
-    raw = value.get("choices")
-    if not isinstance(raw, list) or not raw:
-        raise InvalidInput("tree.choices must be a non-empty list of paths", field="tree.choices")
-    if len(raw) > MAX_TREE_NODES:
-        raise InvalidInput(
-            f"tree.choices holds at most {MAX_TREE_NODES} paths", field="tree.choices"
-        )
-    paths: set[tuple[int, ...]] = set()
-    for item in raw:
-        ok = isinstance(item, list | tuple) and 1 <= len(item) <= k
-        ok = ok and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in item)
-        if not ok:
-            raise InvalidInput(
-                f"tree.choices: {item!r} is not a path of 1 to {k} ranks (integers >= 0)",
-                field="tree.choices",
-            )
-        path = tuple(item)
-        if path in paths:
-            raise InvalidInput(f"tree.choices lists {list(path)} twice", field="tree.choices")
-        paths.add(path)
-    for path in paths:
-        if len(path) > 1 and path[:-1] not in paths:
-            raise InvalidInput(
-                f"tree.choices has {list(path)} but not its parent {list(path[:-1])}",
-                field="tree.choices",
-            )
-    depth = max(len(p) for p in paths)
-    if depth != k:
-        raise InvalidInput(
-            f"the tree is {depth} deep but num_speculative_tokens (k) is {k}: "
-            "for a tree k is its depth",
-            field="tree.choices",
-        )
-    ordered = sorted(paths, key=lambda p: (len(p), p))
-    return {"kind": "static", "choices": [list(p) for p in ordered]}
-
-
-def _check_number(config: dict[str, Any], key: str, lo: float, hi: float) -> None:
-    if key in config:
-        value = config[key]
-        if not isinstance(value, int | float) or isinstance(value, bool) or not lo <= value <= hi:
-            raise InvalidInput(f"{key} must be a number from {lo} to {hi}", field=key)
-        config[key] = float(value)
-
-
-def _check_int(config: dict[str, Any], key: str, lo: int, hi: int) -> None:
-    if key in config:
-        value = config[key]
-        if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-            raise InvalidInput(f"{key} must be an integer from {lo} to {hi}", field=key)
 
 
 def pair_digest(target_digest: str, drafter_digest: str | None, config: dict[str, Any]) -> str:
@@ -256,19 +148,20 @@ def compatibility_findings(
     """(errors, warnings) for this combination; errors always refuse the pair."""
     errors: list[str] = []
     warnings: list[str] = []
+    m = get_method(method)
     if target.role != "target":
         errors.append(f"target {target.lineage}@v{target.version} has role {target.role}")
-    if method == "prompt_lookup":
+    if m.drafter == "none":
         if drafter is not None:
-            errors.append("prompt_lookup uses no drafter model: omit --draft")
+            errors.append(f"{m.name} uses no drafter model: omit --draft")
         return errors, warnings
     if drafter is None:
         errors.append(f"method {method} needs a drafter: pass --draft")
         return errors, warnings
     tf, df = target.facts or {}, drafter.facts or {}
-    if method == "draft_model":
-        if drafter.role != "draft":
-            errors.append(f"draft_model needs a draft artifact, got role {drafter.role}")
+    if m.drafter == "model":
+        if drafter.role not in m.drafter_roles:
+            errors.append(f"{m.name} needs a draft artifact, got role {drafter.role}")
         tp, dp = tf.get("tokenizer"), df.get("tokenizer")
         if tp and dp:
             found = tokenizer_compat.compare_profiles(
@@ -287,9 +180,9 @@ def compatibility_findings(
         else:
             warnings.append("vocabulary could not be compared: a tokenizer is missing")
     else:
-        if drafter.role not in ("heads", "draft"):
+        if drafter.role not in m.drafter_roles:
             errors.append(f"{method} needs heads, got role {drafter.role}")
-        th, dh = tf.get("hidden_size"), _reads_hidden_size(df)
+        th, dh = tf.get("hidden_size"), reads_hidden_size(df)
         if not (th and dh):
             warnings.append("hidden size could not be compared: config.json lacks hidden_size")
         errors.extend(head_fit_errors(tf, df, method))
@@ -340,49 +233,20 @@ def _local_maps(*arts: Artifact) -> tuple[dict[str, int], dict[str, int]] | None
     return maps[0], maps[1]
 
 
-def _reads_hidden_size(df: dict[str, Any]) -> int | None:
-    """The hidden size a head reads from its target (EAGLE-3 may name it apart)."""
-    spec = df.get("speculators") or {}
-    return spec.get("target_hidden_size") or df.get("hidden_size")
-
-
 def head_fit_errors(tf: dict[str, Any], df: dict[str, Any], method: str) -> list[str]:
-    """Structural reasons a head cannot run on a target (hidden size, vocabulary, the
-    target layers an EAGLE-3 head reads). A target change that trips one of these is an
-    integrity finding for the head's pairs, not a measurement to queue."""
-    errors: list[str] = []
-    if method not in HEAD_METHODS:
-        return errors
-    th, dh = tf.get("hidden_size"), _reads_hidden_size(df)
-    if th and dh and th != dh:
-        errors.append(f"hidden size mismatch: heads read {dh}, target has {th}")
-    tv, dv = tf.get("vocab_size"), df.get("vocab_size")
-    if tv and dv and tv != dv:
-        errors.append(f"vocabulary size mismatch: heads emit {dv}, target has {tv}")
-    spec = df.get("speculators") or {}
-    n_layers = tf.get("num_layers")
-    if method == "eagle3" and n_layers:
-        ids = spec.get("aux_layer_ids")
-        if ids:
-            bad = [i for i in ids if not 0 <= i < n_layers]
-            if bad:
-                errors.append(
-                    f"layer count mismatch: the EAGLE-3 head reads target layers {ids}, "
-                    f"the target has {n_layers}"
-                )
-        elif n_layers < 3:
-            errors.append(
-                f"layer count mismatch: an EAGLE-3 head without layer ids reads layers "
-                f"(2, L/2, L-3); the target has {n_layers}"
-            )
-    return errors
+    """Structural reasons a head cannot run on a target (the method says what must fit:
+    hidden size, vocabulary, the target layers an EAGLE-3 head reads). A target change that
+    trips one of these is an integrity finding for the head's pairs, not a measurement to
+    queue."""
+    return get_method(method).head_fit_errors(tf, df)
 
 
 def _speculators_method_errors(spec: dict[str, Any], method: str) -> list[str]:
     """A speculators draft of one algorithm registered under another method."""
     kind = spec.get("model_type") or spec.get("algorithm")
     proposed = (spec.get("proposal") or {}).get("method")
-    if kind in ("eagle", "eagle3") and proposed and proposed != method:
+    owner = TABLE.get(SPECULATORS_TYPES.get(str(kind), "")) if kind else None
+    if owner is not None and owner.speculators_exclusive and proposed and proposed != method:
         return [f"the drafter is a speculators {kind} head; register it with method {proposed}"]
     return []
 
@@ -532,7 +396,7 @@ def propose_pair(
     warnings = list(proposal.get("warnings") or [])
     method, k = proposal.get("method"), proposal.get("k")
     options: dict[str, Any] = {"tree": proposal["tree"]} if proposal.get("tree") else {}
-    if method not in METHODS:
+    if method not in TABLE:
         errors.append(f"no pairreg method for speculators algorithm {spec.get('algorithm')!r}")
         method = None
     if k is None:
@@ -614,9 +478,7 @@ def list_pairs(
     if status:
         stmt = stmt.where(Pair.status == status)
     if method:
-        if method not in METHODS:
-            raise InvalidInput(f"method must be one of {', '.join(METHODS)}", field="method")
-        stmt = stmt.where(Pair.method == method)
+        stmt = stmt.where(Pair.method == get_method(method).name)
     rows, next_cursor = page_query(session, stmt, Pair.id, cursor, limit)
     return Page[PairRecord](items=[to_record(p) for p in rows], next_cursor=next_cursor)
 

@@ -37,7 +37,7 @@ def test_raw_prompt_is_encoded_as_the_tokenizer_does(chat_models):
 
 
 def test_tiny_tokenizer_keeps_its_own_bos():
-    from runner.tiny import BOS_ID, make_tokenizer
+    from builders.tiny import BOS_ID, make_tokenizer
 
     assert encode_prompt(make_tokenizer(), "ab") == [BOS_ID, ord("a"), ord("b")]
 

@@ -1,5 +1,6 @@
 """The real reference pair, built once into the test cache (minutes on two cores, then
-reused: the build manifest's recipe digest decides whether a cached build is current)."""
+reused: each recipe digest has its own cache directory, and the completion marker's digest
+decides whether a build there is complete)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from tests.hubserver import hub_server  # noqa: F401 - re-exported pytest fixtur
 
 @pytest.fixture(scope="session")
 def real():  # type: ignore[no-untyped-def]
-    from runner.real import build_real_pair
+    from builders.real import build_real_pair, default_real_dir
 
-    return build_real_pair(TEST_CACHE / "real")
+    return build_real_pair(default_real_dir(TEST_CACHE))
 
 
 @pytest.fixture(autouse=True)
@@ -44,6 +45,6 @@ def no_mlflow(monkeypatch: pytest.MonkeyPatch) -> None:
 def real_heads(real):  # type: ignore[no-untyped-def]
     """EAGLE-1 and EAGLE-3 heads for the real target-v1: the heads stage of the same cache
     (its own marker, so the model build is kept)."""
-    from runner.real_heads import build_real_heads
+    from builders.real_heads import build_real_heads
 
     return build_real_heads(real.root)

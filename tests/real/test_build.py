@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from safetensors import safe_open
 
+from builders.real import PARTS, RECIPE, read_build_manifest
 from registry.manifest import build_manifest
-from runner.real import PARTS, RECIPE, read_build_manifest
 
 pytestmark = pytest.mark.real
 
@@ -54,7 +54,7 @@ def test_target_v2_data_is_code_in_its_house_style(real) -> None:  # type: ignor
     """target-v2 learns code in a house style (tabs, a blank line after every statement);
     draft-v2 distils on target-v2's own answers, and its code windows are in that style,
     unlike the first draft's."""
-    from runner import real_data
+    from builders import real_data
 
     m = read_build_manifest(real.root)
     assert m["data"]["code_v2"]["sequences"] == RECIPE["v2_code_windows"]

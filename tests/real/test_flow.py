@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from runner.real import read_build_manifest
+from builders.real import read_build_manifest
 from tests.serve_process import ApiServer, mint
 
 pytestmark = pytest.mark.real

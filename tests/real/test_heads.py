@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from builders.real import read_build_manifest
+from builders.real_heads import HEADS_RECIPE, VERIFIER, heads_built
 from registry.manifest import build_manifest
 from runner.eagle import load_eagle
 from runner.eagle_drafter import EagleDrafter
 from runner.engine import DecodeOptions, SpeculativeEngine
 from runner.models import eos_ids, load_causal_lm, load_tokenizer
-from runner.real import read_build_manifest
-from runner.real_heads import HEADS_RECIPE, VERIFIER, heads_built
 from runner.tree import DynamicTree
 
 pytestmark = pytest.mark.real

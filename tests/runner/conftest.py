@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runner.tiny import TinyPaths
+from builders.tiny import TinyPaths
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from builders.tiny import medusa_tree
 from registry import speculators
 from registry.model_facts import read_model_facts
 from runner import MeasureSettings, load_suite, measure_pair, plain_greedy
@@ -23,7 +24,6 @@ from runner.measure import encode_prompt
 from runner.medusa import load_medusa
 from runner.models import CachedLM, eos_ids, load_causal_lm, load_tokenizer, tree_mask
 from runner.stats import summarize_group
-from runner.tiny import medusa_tree
 from runner.tree import DynamicTree, StaticTree, tree_shape
 
 MAX_NEW = 40

@@ -163,7 +163,7 @@ def test_measure_result_shape_and_mlflow(tiny, tmp_path):
 def test_tiny_build_layout(tiny):
     from transformers import AutoConfig, AutoTokenizer
 
-    from runner.tiny import is_built
+    from builders.tiny import is_built
 
     assert is_built(tiny.root)
     cfg = AutoConfig.from_pretrained(tiny.draft)

@@ -1,6 +1,6 @@
 """EAGLE-1 and EAGLE-3 reference heads for the real pair's target-v1: a second cached stage.
 
-The model build (:mod:`runner.real`, its ``RECIPE`` and ``BUILD_COMPLETE.json``) is left
+The model build (:mod:`builders.real`, its ``RECIPE`` and ``BUILD_COMPLETE.json``) is left
 alone; this stage reads ``target-v1`` from a finished build and writes ``eagle/`` and
 ``eagle3/`` (speculators format, the tokenizer beside them) plus its own marker
 ``HEADS_COMPLETE.json`` naming :data:`HEADS_RECIPE`'s digest and the model build's, so a
@@ -8,7 +8,7 @@ changed model build or heads recipe rebuilds the heads and nothing else.
 
 Training data: target-v1's own greedy answers to the distillation prompts, rendered with
 its chat template (and the same prompts as raw text), exactly the ``answers`` set of the
-model build (``runner.real._greedy_answers``; the stage checks the token ids against the
+model build (``builders.real._greedy_answers``; the stage checks the token ids against the
 build manifest's SHA-256). EAGLE and speculators train heads on target-generated text: a
 head learns to predict what the target emits when served, not what a corpus contains.
 
@@ -18,16 +18,12 @@ the teacher's top ids); a training step only runs the one-layer head. EAGLE-1's 
 cross-entropy is over a candidate set (the sequences' labels and teacher top ids plus a
 fixed random sample of the vocabulary), as in the model build's distillation; EAGLE-3's
 is over its whole reduced draft vocabulary (its own LM head). Training-time test as in
-:mod:`runner.eagle_train` (same mask, step weights and losses).
+:mod:`builders.eagle_train` (same mask, step weights and losses).
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import json
 import os
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -37,7 +33,10 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
-HEADS_MARKER = "HEADS_COMPLETE.json"
+from builders import real
+from builders.stage import Laps, ProgressFn, Stage, Ticker, recipe_digest
+
+HEADS_MARKER = real.HEADS_MARKER
 HEADS_RECIPE: dict[str, Any] = {
     "version": "real-heads-1",
     "seed": 20251202,
@@ -56,8 +55,13 @@ HEADS_RECIPE: dict[str, Any] = {
     "k": 4,
 }
 VERIFIER = {"name_or_path": "real/target-v1", "architectures": ["LlamaForCausalLM"]}
-
-ProgressFn = Callable[[str, int, int], None]
+# heads of another target-v1 are other heads: the model build's digest is in the recipe
+HEADS = Stage(
+    "real-heads",
+    {"heads": HEADS_RECIPE, "models": real.MODELS.digest},
+    HEADS_MARKER,
+    outputs=("eagle/config.json", "eagle3/config.json"),
+)
 
 
 @dataclass(frozen=True)
@@ -73,9 +77,7 @@ class RealHeadsPaths:
 
 
 def real_heads_paths(real_dir: str | os.PathLike[str] | None = None) -> RealHeadsPaths:
-    from runner.real import real_paths
-
-    p = real_paths(real_dir)
+    p = real.real_paths(real_dir)
     root = Path(p.root)
     return RealHeadsPaths(
         root=p.root,
@@ -87,30 +89,17 @@ def real_heads_paths(real_dir: str | os.PathLike[str] | None = None) -> RealHead
 
 
 def heads_recipe_digest() -> str:
-    return hashlib.sha256(json.dumps(HEADS_RECIPE, sort_keys=True).encode()).hexdigest()
+    return recipe_digest(HEADS_RECIPE)
 
 
 def heads_built(real_dir: str | os.PathLike[str] | None = None) -> bool:
     """True when the heads of the current heads recipe exist for the current model build."""
-    from runner.real import is_built, recipe_digest
-
-    p = real_heads_paths(real_dir)
-    try:
-        meta = json.loads(Path(p.marker).read_text())
-    except (OSError, json.JSONDecodeError):
-        return False
-    return (
-        meta.get("heads_recipe_digest") == heads_recipe_digest()
-        and meta.get("model_recipe_digest") == recipe_digest()
-        and is_built(p.root)
-        and all((Path(d) / "config.json").is_file() for d in (p.eagle, p.eagle3))
-    )
+    root = real_heads_paths(real_dir).root
+    return HEADS.is_built(root) and real.is_built(root)
 
 
 def total_ticks() -> int:
-    from runner.real import answer_batches
-
-    return answer_batches() + 1 + 2 * HEADS_RECIPE["steps"]
+    return real.answer_batches() + 1 + 2 * HEADS_RECIPE["steps"]
 
 
 def build_real_heads(
@@ -120,23 +109,18 @@ def build_real_heads(
 ) -> RealHeadsPaths:
     """Train (or reuse) the EAGLE-1 and EAGLE-3 heads for target-v1 of the real build in
     ``real_dir`` (which must be built); ``progress(stage, done, total)``."""
-    from runner.real import is_built
-
     paths = real_heads_paths(real_dir)
     if not force and heads_built(paths.root):
         return paths
-    if not is_built(paths.root):
+    if not real.is_built(paths.root):
         raise RuntimeError(
             f"no complete real-pair build in {paths.root}: run the model build first"
         )
-    with open(Path(paths.root) / ".heads.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if not force and heads_built(paths.root):
-                return paths
-            return _build(paths, progress)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    tick = Ticker(progress, total_ticks())
+    HEADS.run(
+        paths.root, lambda _: _build(paths, tick), threads=HEADS_RECIPE["threads"], force=force
+    )
+    return paths
 
 
 # --------------------------------------------------------------------------- data
@@ -167,7 +151,7 @@ def draft_vocabulary(tok, answers: list[list[int]], size: int) -> list[int]:
     """EAGLE-3's reduced vocabulary, ascending: every id of the target's greedy answers
     (most frequent first), then the most frequent ids of stdlib prose and source as the
     target tokenizer splits them, ties broken by id (deterministic)."""
-    from runner import real_data
+    from builders import real_data
 
     seen = Counter(i for seq in answers for i in seq)
     text = Counter(tok(real_data.stdlib_prose())["input_ids"])
@@ -183,8 +167,9 @@ def draft_vocabulary(tok, answers: list[list[int]], size: int) -> list[int]:
 def _train(head, target, seqs: list[_Seq], negatives, gen, tick: Callable[[], None]) -> float:
     from transformers import DynamicCache
 
-    from runner.eagle_train import STEP_WEIGHT, _lr, _ttt_mask
-    from runner.real import _batches
+    from builders.eagle_train import STEP_WEIGHT, _lr, _ttt_mask
+
+    _batches = real._batches
 
     r = HEADS_RECIPE
     version = head.spec.version
@@ -266,71 +251,45 @@ def _eagle1_forward(head, ids, hidden, pos, mask, cache):
 # --------------------------------------------------------------------------- build
 
 
-def _build(paths: RealHeadsPaths, progress: ProgressFn | None) -> RealHeadsPaths:
+def _build(paths: RealHeadsPaths, tick: Ticker) -> dict[str, Any]:
+    """The heads stage; returns what its completion marker records."""
+    from builders import real_data
+    from builders.eagle_train import new_head
     from registry.manifest import build_manifest
-    from runner import real, real_data
     from runner.eagle import spec_for_target
-    from runner.eagle_train import new_head
     from runner.models import load_causal_lm, load_tokenizer
 
-    marker = Path(paths.marker)
-    if marker.exists():
-        marker.unlink()
     r = HEADS_RECIPE
-    total, done = total_ticks(), 0
-
-    def tick(stage: str) -> None:
-        nonlocal done
-        done += 1
-        if progress is not None:
-            progress(stage, done, total)
-
-    prev_threads = torch.get_num_threads()
-    prev_det = torch.are_deterministic_algorithms_enabled()
-    torch.set_num_threads(r["threads"])
-    torch.use_deterministic_algorithms(True)
-    wall0, cpu0 = time.perf_counter(), time.process_time()
-    stages: dict[str, float] = {}
+    lap = Laps()
     losses: dict[str, float] = {}
-
-    def lap(name: str, since: float) -> float:
-        now = time.perf_counter()
-        stages[name] = round(now - since, 2)
-        return now
-
-    try:
-        t = time.perf_counter()
-        tok = load_tokenizer(paths.target_v1)
-        target = load_causal_lm(paths.target_v1, "cpu")
-        for p in target.parameters():
-            p.requires_grad_(False)
-        answers = real._greedy_answers(target, tok, tick, "answers")
-        answers_sha = real_data.digest_sequences(answers)
-        built = real.read_build_manifest(paths.root)["data"]["answers"]["sha256"]
-        t = lap("answers", t)
-        seqs = _features(target, answers, r["aux_layers"], r["teacher_topk"])
-        draft_ids = draft_vocabulary(tok, answers, r["draft_vocab_size"])
-        tick("features")
-        t = lap("features", t)
-        gen = torch.Generator().manual_seed(r["seed"])
-        negatives = torch.randperm(int(target.config.vocab_size), generator=gen)[: r["negatives"]]
-        for version, out in ((1, paths.eagle), (3, paths.eagle3)):
-            name = "eagle" if version == 1 else "eagle3"
-            torch.manual_seed(r["seed"] + version)
-            spec = spec_for_target(
-                target.config, version,
-                draft_vocab_size=r["draft_vocab_size"] if version == 3 else None,
-                aux_layers=r["aux_layers"] if version == 3 else None,
-            )  # fmt: skip
-            head = new_head(spec, target, draft_ids if version == 3 else None)
-            losses[name] = _train(head, target, seqs, negatives, gen, lambda n=name: tick(n))
-            head.save(out, VERIFIER, r["k"])
-            tok.save_pretrained(out)
-            t = lap(name, t)
-    finally:
-        torch.set_num_threads(prev_threads)
-        torch.use_deterministic_algorithms(prev_det)
-    meta = {
+    tok = load_tokenizer(paths.target_v1)
+    target = load_causal_lm(paths.target_v1, "cpu")
+    for p in target.parameters():
+        p.requires_grad_(False)
+    answers = real._greedy_answers(target, tok, tick, "answers")
+    answers_sha = real_data.digest_sequences(answers)
+    built = real.read_build_manifest(paths.root)["data"]["answers"]["sha256"]
+    lap("answers")
+    seqs = _features(target, answers, r["aux_layers"], r["teacher_topk"])
+    draft_ids = draft_vocabulary(tok, answers, r["draft_vocab_size"])
+    tick("features")
+    lap("features")
+    gen = torch.Generator().manual_seed(r["seed"])
+    negatives = torch.randperm(int(target.config.vocab_size), generator=gen)[: r["negatives"]]
+    for version, out in ((1, paths.eagle), (3, paths.eagle3)):
+        name = "eagle" if version == 1 else "eagle3"
+        torch.manual_seed(r["seed"] + version)
+        spec = spec_for_target(
+            target.config, version,
+            draft_vocab_size=r["draft_vocab_size"] if version == 3 else None,
+            aux_layers=r["aux_layers"] if version == 3 else None,
+        )  # fmt: skip
+        head = new_head(spec, target, draft_ids if version == 3 else None)
+        losses[name] = _train(head, target, seqs, negatives, gen, lambda n=name: tick(n))
+        head.save(out, VERIFIER, r["k"])
+        tok.save_pretrained(out)
+        lap(name)
+    return {
         "heads_recipe": HEADS_RECIPE,
         "heads_recipe_digest": heads_recipe_digest(),
         "model_recipe_digest": real.recipe_digest(),
@@ -346,10 +305,5 @@ def _build(paths: RealHeadsPaths, progress: ProgressFn | None) -> RealHeadsPaths
             "eagle": build_manifest(paths.eagle).digest,
             "eagle3": build_manifest(paths.eagle3).digest,
         },
-        "wall_seconds": round(time.perf_counter() - wall0, 2),
-        "cpu_seconds": round(time.process_time() - cpu0, 2),
-        "stage_wall_seconds": stages,
-        "torch": torch.__version__,
+        "stage_wall_seconds": lap.seconds,
     }
-    marker.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    return paths

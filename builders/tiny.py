@@ -3,7 +3,8 @@
 They exist so the whole project (engine, statistics, drift detection, governance) can be
 exercised end to end without downloading anything. The recipe is fixed (seeds, step
 counts, data selection, thread count), so two builds in the same environment give the
-same weights. A marker file records the recipe version; a complete build is reused.
+same weights. Each of the two stages below is cached per recipe digest
+(:mod:`builders.stage`): by default in ``<cache>/tiny/<digest>``; a complete build is reused.
 
 Models (all share one byte-level tokenizer, vocabulary 256 bytes + ``<pad> <bos> <eos>``):
 
@@ -21,17 +22,18 @@ Models (all share one byte-level tokenizer, vocabulary 256 bytes + ``<pad> <bos>
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import sysconfig
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from builders.settings import cache_root
+from builders.stage import ProgressFn, Stage, Ticker
 
 RECIPE_VERSION = "tiny-1"
 MARKER = "BUILD_COMPLETE.json"
@@ -39,7 +41,6 @@ SEQ_LEN = 128
 BATCH = 16
 PAD_ID, BOS_ID, EOS_ID = 256, 257, 258
 VOCAB_SIZE = 259
-# step counts are part of the recipe: changing them requires bumping RECIPE_VERSION
 TARGET_STEPS = 180
 DRAFT_STEPS = 300
 MEDUSA_STEPS = 100
@@ -53,7 +54,41 @@ EAGLE3_DRAFT_VOCAB = 96
 EAGLE3_LAYERS = [1, 2, 3]
 MEDUSA_TREE_NODES = 14
 
-ProgressFn = Callable[[str, int, int], None]
+# Everything that decides the weights (the seeds and learning rates sit in the build code
+# and are covered by the version): changing any of it gives another digest, so another
+# cache directory.
+RECIPE: dict[str, Any] = {
+    "version": RECIPE_VERSION,
+    "threads": 2,
+    "seq_len": SEQ_LEN,
+    "batch": BATCH,
+    "vocab_size": VOCAB_SIZE,
+    "target_steps": TARGET_STEPS,
+    "draft_steps": DRAFT_STEPS,
+    "medusa_steps": MEDUSA_STEPS,
+    "v2_steps": V2_STEPS,
+    "medusa_heads": MEDUSA_HEADS,
+}
+MODELS = Stage(
+    "tiny-models",
+    RECIPE,
+    MARKER,
+    outputs=("tokenizer", "target-v1", "target-v2", "draft", "medusa"),
+    dependents=(HEADS_MARKER,),
+)
+HEADS_RECIPE: dict[str, Any] = {
+    "version": HEADS_RECIPE_VERSION,
+    "threads": 1,
+    "steps": HEADS_STEPS,
+    "batch": HEADS_BATCH,
+    "eagle3_draft_vocab": EAGLE3_DRAFT_VOCAB,
+    "eagle3_layers": EAGLE3_LAYERS,
+    "medusa_tree_nodes": MEDUSA_TREE_NODES,
+    "models": MODELS.digest,  # heads of another target-v1 are other heads
+}
+HEADS = Stage(
+    "tiny-heads", HEADS_RECIPE, HEADS_MARKER, outputs=("eagle", "eagle3", "medusa-tree.json")
+)
 
 
 @dataclass(frozen=True)
@@ -74,10 +109,9 @@ class TinyPaths:
         return asdict(self)
 
 
-def default_tiny_dir() -> Path:
-    """``$PAIRREG_HOME/cache/tiny`` (``PAIRREG_HOME`` defaults to ``~/.pairreg``)."""
-    home = os.environ.get("PAIRREG_HOME") or os.path.join(os.path.expanduser("~"), ".pairreg")
-    return Path(home) / "cache" / "tiny"
+def default_tiny_dir(root: str | os.PathLike[str] | None = None) -> Path:
+    """``<cache root>/tiny/<recipe key>`` (:mod:`builders.settings`; ``root`` overrides)."""
+    return cache_root(root) / "tiny" / MODELS.key
 
 
 def tiny_paths(out_dir: str | os.PathLike[str] | None = None) -> TinyPaths:
@@ -96,34 +130,10 @@ def tiny_paths(out_dir: str | os.PathLike[str] | None = None) -> TinyPaths:
     )
 
 
-def _marker_ok(path: Path, version: str) -> bool:
-    if not path.is_file():
-        return False
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return False
-    return meta.get("recipe_version") == version
-
-
-def _models_built(paths: TinyPaths) -> bool:
-    return _marker_ok(Path(paths.root) / MARKER, RECIPE_VERSION) and all(
-        Path(p).is_dir() for p in (paths.target_v1, paths.target_v2, paths.draft, paths.medusa)
-    )
-
-
-def _heads_built(paths: TinyPaths) -> bool:
-    return (
-        _marker_ok(Path(paths.root) / HEADS_MARKER, HEADS_RECIPE_VERSION)
-        and all(Path(p).is_dir() for p in (paths.eagle, paths.eagle3))
-        and Path(paths.medusa_tree).is_file()
-    )
-
-
 def is_built(out_dir: str | os.PathLike[str] | None = None) -> bool:
     """True when ``out_dir`` holds a complete build of the current recipe (heads included)."""
-    paths = tiny_paths(out_dir)
-    return _models_built(paths) and _heads_built(paths)
+    root = tiny_paths(out_dir).root
+    return MODELS.is_built(root) and HEADS.is_built(root)
 
 
 # --------------------------------------------------------------------------- tokenizer
@@ -280,124 +290,81 @@ def build_tiny_pairs(
     progress: ProgressFn | None = None,
     force: bool = False,
 ) -> TinyPaths:
-    """Build (or reuse) the tiny pairs under ``out_dir`` and return their paths.
+    """Build (or reuse) the tiny pairs under ``out_dir`` (default: the cache directory of
+    this recipe) and return their paths.
 
     ``progress(stage, done, total)`` is called after each training step so a CLI can
-    draw a bar. Threads are pinned to 2 and deterministic algorithms are enabled so the
-    result does not depend on the machine's core count.
+    draw a bar. The models stage runs on 2 threads, the heads stage on 1, with
+    deterministic algorithms, so the result does not depend on the machine's core count.
     """
     paths = tiny_paths(out_dir)
-    if not force and is_built(paths.root):
-        return paths
-    root = Path(paths.root)
-    root.mkdir(parents=True, exist_ok=True)
-    # concurrent builders (parallel test sessions, a CLI run) wait for one another and
-    # then reuse the finished build instead of writing the same files twice
-    with open(root / ".build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if not force and is_built(paths.root):
-                return paths
-            models = force or not _models_built(paths)
-            ticker = _Ticker(progress, _total(models))
-            if models:
-                _build(paths, ticker)
-            return _build_heads(paths, ticker)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _total(models: bool) -> int:
+    models = force or not MODELS.is_built(paths.root)
     heads = 2 * HEADS_STEPS
-    return heads + (TARGET_STEPS + DRAFT_STEPS + MEDUSA_STEPS + V2_STEPS if models else 0)
+    tick = Ticker(
+        progress, heads + (TARGET_STEPS + DRAFT_STEPS + MEDUSA_STEPS + V2_STEPS if models else 0)
+    )
+    # a models build removes the heads marker (MODELS.dependents): heads trained on a
+    # replaced target-v1 are rebuilt, once, by whichever builder takes the heads lock first
+    MODELS.run(paths.root, lambda _: _build(paths, tick), threads=RECIPE["threads"], force=force)
+    HEADS.run(
+        paths.root, lambda _: _build_heads(paths, tick), threads=HEADS_RECIPE["threads"],
+        force=force,
+    )  # fmt: skip
+    return paths
 
 
-class _Ticker:
-    """One progress count across both build stages."""
-
-    def __init__(self, progress: ProgressFn | None, total: int) -> None:
-        self.progress = progress
-        self.total = total
-        self.done = 0
-
-    def __call__(self, stage: str) -> None:
-        self.done += 1
-        if self.progress is not None:
-            self.progress(stage, self.done, self.total)
-
-
-def _build(paths: TinyPaths, tick: Callable[[str], None]) -> TinyPaths:
+def _build(paths: TinyPaths, tick: Callable[[str], None]) -> Mapping[str, Any]:
+    """target-v1, the draft, the Medusa heads and target-v2 (the models stage)."""
     from transformers import LlamaForCausalLM
 
     from runner.medusa import MedusaHeads
 
-    root = Path(paths.root)
-    marker = root / MARKER
-    if marker.exists():
-        marker.unlink()
-
-    prev_threads = torch.get_num_threads()
-    prev_det = torch.are_deterministic_algorithms_enabled()
-    torch.set_num_threads(2)
-    torch.use_deterministic_algorithms(True)
-    t0 = time.perf_counter()
     losses: dict[str, float] = {}
-    try:
-        tokenizer = make_tokenizer()
-        tokenizer.save_pretrained(paths.tokenizer)
-        code = code_corpus()
+    tokenizer = make_tokenizer()
+    tokenizer.save_pretrained(paths.tokenizer)
+    code = code_corpus()
 
-        torch.manual_seed(1234)
-        target = LlamaForCausalLM(_llama_config(256, 4, 4, 512))
-        losses["target-v1"] = _train_lm(
-            target, _Sampler(code, 1), TARGET_STEPS, 3e-3, "target-v1", tick
-        )
-        target.generation_config.pad_token_id = PAD_ID
-        target.save_pretrained(paths.target_v1)
-        tokenizer.save_pretrained(paths.target_v1)
+    torch.manual_seed(1234)
+    target = LlamaForCausalLM(_llama_config(256, 4, 4, 512))
+    losses["target-v1"] = _train_lm(
+        target, _Sampler(code, 1), TARGET_STEPS, 3e-3, "target-v1", tick
+    )
+    target.generation_config.pad_token_id = PAD_ID
+    target.save_pretrained(paths.target_v1)
+    tokenizer.save_pretrained(paths.target_v1)
 
-        torch.manual_seed(2345)
-        draft = LlamaForCausalLM(_llama_config(128, 1, 2, 256))
-        losses["draft"] = _train_lm(draft, _Sampler(code, 2), DRAFT_STEPS, 4e-3, "draft", tick)
-        draft.config.speculators_config = {
-            "algorithm": "draft_model",
-            "verifier": {"name_or_path": "tiny/target-v1", "architectures": ["LlamaForCausalLM"]},
-        }
-        draft.generation_config.pad_token_id = PAD_ID
-        draft.save_pretrained(paths.draft)
-        tokenizer.save_pretrained(paths.draft)
-
-        torch.manual_seed(3456)
-        heads = MedusaHeads(256, VOCAB_SIZE, MEDUSA_HEADS, 1)
-        with torch.no_grad():  # start every head from the target's LM head, as Medusa does
-            for head in heads.heads:
-                head[-1].weight.copy_(target.lm_head.weight)
-        losses["medusa"] = _train_medusa(target, heads, _Sampler(code, 3), MEDUSA_STEPS, tick)
-        heads.save(paths.medusa, base_model="tiny/target-v1")
-        tokenizer.save_pretrained(paths.medusa)
-
-        torch.manual_seed(4567)
-        losses["target-v2"] = _train_lm(
-            target, _Sampler(prose_corpus(), 4), V2_STEPS, 2e-3, "target-v2", tick
-        )
-        target.save_pretrained(paths.target_v2)
-        tokenizer.save_pretrained(paths.target_v2)
-    finally:
-        torch.set_num_threads(prev_threads)
-        torch.use_deterministic_algorithms(prev_det)
-    meta = {
-        "recipe_version": RECIPE_VERSION,
-        "build_seconds": round(time.perf_counter() - t0, 2),
-        "final_losses": {k: round(v, 4) for k, v in losses.items()},
-        "torch": torch.__version__,
+    torch.manual_seed(2345)
+    draft = LlamaForCausalLM(_llama_config(128, 1, 2, 256))
+    losses["draft"] = _train_lm(draft, _Sampler(code, 2), DRAFT_STEPS, 4e-3, "draft", tick)
+    draft.config.speculators_config = {
+        "algorithm": "draft_model",
+        "verifier": {"name_or_path": "tiny/target-v1", "architectures": ["LlamaForCausalLM"]},
     }
-    marker.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    return paths
+    draft.generation_config.pad_token_id = PAD_ID
+    draft.save_pretrained(paths.draft)
+    tokenizer.save_pretrained(paths.draft)
+
+    torch.manual_seed(3456)
+    heads = MedusaHeads(256, VOCAB_SIZE, MEDUSA_HEADS, 1)
+    with torch.no_grad():  # start every head from the target's LM head, as Medusa does
+        for head in heads.heads:
+            head[-1].weight.copy_(target.lm_head.weight)
+    losses["medusa"] = _train_medusa(target, heads, _Sampler(code, 3), MEDUSA_STEPS, tick)
+    heads.save(paths.medusa, base_model="tiny/target-v1")
+    tokenizer.save_pretrained(paths.medusa)
+
+    torch.manual_seed(4567)
+    losses["target-v2"] = _train_lm(
+        target, _Sampler(prose_corpus(), 4), V2_STEPS, 2e-3, "target-v2", tick
+    )
+    target.save_pretrained(paths.target_v2)
+    tokenizer.save_pretrained(paths.target_v2)
+    return {"final_losses": {k: round(v, 4) for k, v in losses.items()}}
 
 
-def _build_heads(paths: TinyPaths, tick: Callable[[str], None]) -> TinyPaths:
+def _build_heads(paths: TinyPaths, tick: Callable[[str], None]) -> Mapping[str, Any]:
     """EAGLE-1 and EAGLE-3 heads for target-v1 (speculators format) and a Medusa tree."""
-    from runner.eagle_train import (
+    from builders.eagle_train import (
         medusa_rank_accuracy,
         medusa_tree_choices,
         train_reference_heads,
@@ -405,57 +372,37 @@ def _build_heads(paths: TinyPaths, tick: Callable[[str], None]) -> TinyPaths:
     from runner.medusa import load_medusa
     from runner.models import load_causal_lm
 
-    root = Path(paths.root)
-    marker = root / HEADS_MARKER
-    if marker.exists():
-        marker.unlink()
-    prev_threads = torch.get_num_threads()
-    prev_det = torch.are_deterministic_algorithms_enabled()
-    # one thread: small models train no slower on one, and results do not depend on how
-    # many cores the machine has or how busy they are
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    t0 = time.perf_counter()
-    try:
-        sampler = _Sampler(code_corpus(), 5)
+    # one thread (HEADS_RECIPE): small models train no slower on one, and results do not
+    # depend on how many cores the machine has or how busy they are
+    sampler = _Sampler(code_corpus(), 5)
 
-        def batches() -> torch.Tensor:
-            return sampler.batch()[:HEADS_BATCH]
+    def batches() -> torch.Tensor:
+        return sampler.batch()[:HEADS_BATCH]
 
-        verifier = {"name_or_path": "tiny/target-v1", "architectures": ["LlamaForCausalLM"]}
-        losses = train_reference_heads(
-            paths.target_v1,
-            batches,
-            eagle_dir=paths.eagle,
-            eagle3_dir=paths.eagle3,
-            steps=HEADS_STEPS,
-            verifier=verifier,
-            k=4,
-            draft_vocab_size=EAGLE3_DRAFT_VOCAB,
-            aux_layers=EAGLE3_LAYERS,
-            seed=5678,
-            tick=tick,
-        )
-        target = load_causal_lm(paths.target_v1, "cpu")
-        heads = load_medusa(paths.medusa)
-        calib = _Sampler(code_corpus(), 6)
-        accuracy = medusa_rank_accuracy(target, heads, calib.batch, n_batches=2, max_rank=4)
-        choices = medusa_tree_choices(accuracy, MEDUSA_TREE_NODES)
-        tree = {"kind": "static", "choices": choices, "accuracy": accuracy}
-        Path(paths.medusa_tree).write_text(json.dumps(tree, indent=2) + "\n")
-    finally:
-        torch.set_num_threads(prev_threads)
-        torch.use_deterministic_algorithms(prev_det)
+    verifier = {"name_or_path": "tiny/target-v1", "architectures": ["LlamaForCausalLM"]}
+    losses = train_reference_heads(
+        paths.target_v1,
+        batches,
+        eagle_dir=paths.eagle,
+        eagle3_dir=paths.eagle3,
+        steps=HEADS_STEPS,
+        verifier=verifier,
+        k=4,
+        draft_vocab_size=EAGLE3_DRAFT_VOCAB,
+        aux_layers=EAGLE3_LAYERS,
+        seed=5678,
+        tick=tick,
+    )
+    target = load_causal_lm(paths.target_v1, "cpu")
+    heads = load_medusa(paths.medusa)
+    calib = _Sampler(code_corpus(), 6)
+    accuracy = medusa_rank_accuracy(target, heads, calib.batch, n_batches=2, max_rank=4)
+    choices = medusa_tree_choices(accuracy, MEDUSA_TREE_NODES)
+    tree = {"kind": "static", "choices": choices, "accuracy": accuracy}
+    Path(paths.medusa_tree).write_text(json.dumps(tree, indent=2) + "\n")
     for d in (paths.eagle, paths.eagle3):
         make_tokenizer().save_pretrained(d)
-    meta = {
-        "recipe_version": HEADS_RECIPE_VERSION,
-        "build_seconds": round(time.perf_counter() - t0, 2),
-        "final_losses": {k: round(v, 4) for k, v in losses.items()},
-        "torch": torch.__version__,
-    }
-    marker.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    return paths
+    return {"final_losses": {k: round(v, 4) for k, v in losses.items()}}
 
 
 def medusa_tree(paths: TinyPaths) -> dict[str, Any]:
