@@ -44,8 +44,9 @@ class Duty(frozenset[str]):
 ADMIN = Duty("admin", {"admin"}, "tokens, retention, archives, partitions, worker keys")
 READ_REGISTRY = Duty(
     "read_registry",
-    {"admin", "registrar", "promoter", "auditor", "reader"},
-    "read artifacts, pairs, measurements, policies, deployments, jobs, flags",
+    {"admin", "registrar", "promoter", "auditor", "reader", "worker"},
+    "read artifacts, pairs, measurements, policies, deployments, jobs, flags (workers read "
+    "the pairs, policies, artifacts and baselines of the jobs they run)",
 )
 WRITE_REGISTRY = Duty("write_registry", {"admin", "registrar"}, "register artifacts and pairs")
 VERIFY_ARTIFACT = Duty(
