@@ -68,6 +68,12 @@ def _local_identity(
 
 def _wait_for_job(backend: Any, job: Any, device: str, timeout: float) -> Any:
     deadline = time.monotonic() + timeout
+    if backend.mode == "embedded" and job.state == "queued" and job.isolated:
+        raise InvalidInput(
+            f"job {job.id} runs approved remote model code: only an isolated worker measures "
+            "it (`pairreg worker --isolated` against `pairreg serve`, docs/governance.md)",
+            field="isolated",
+        )
     if backend.mode == "embedded" and job.state == "queued":
         err_console.print(f"measuring (job {job.id}) …")
         worker_cli.make_worker(backend, device=device).work(once=True, job_id=job.id)

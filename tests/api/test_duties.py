@@ -18,9 +18,7 @@ from tests.api.conftest import ApiEnv
 # Who may do what (the README's duties table says the same in words).
 DUTY_TABLE: dict[str, frozenset[str]] = {
     "admin": frozenset({"admin"}),
-    "read_registry": frozenset(
-        {"admin", "registrar", "promoter", "auditor", "reader", "worker"}
-    ),
+    "read_registry": frozenset({"admin", "registrar", "promoter", "auditor", "reader", "worker"}),
     "write_registry": frozenset({"admin", "registrar"}),
     "verify_artifact": frozenset({"admin", "registrar", "auditor"}),
     "author_policy": frozenset({"admin", "promoter"}),
