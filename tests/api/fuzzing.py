@@ -71,6 +71,11 @@ def seed(root: Path, template: Path, hub: HubServer) -> Seeded:
         "heads": write_fake_model(
             root / "models" / "h", weights=b"h", config_extra=SPECULATORS_EAGLE3
         ),
+        "rc": write_fake_model(  # ships its own model code: approve_remote_code's subject
+            root / "models" / "rc",
+            weights=b"rc",
+            config_extra={"auto_map": {"AutoModelForCausalLM": "modeling_x.X"}},
+        ),
         "archive": root / "archive",
     }
     hub_model = write_fake_model(root / "hub-model", weights=b"hub")

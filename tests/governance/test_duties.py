@@ -450,3 +450,48 @@ def test_four_eyes_embedded(home: Settings, tmp_path: Path) -> None:
         bob.promote(ref=digest, deployment="prod", reason="my policy")
     carol = LocalBackend(home, "carol")
     assert carol.promote(ref=digest, deployment="prod", reason="four eyes").deployment
+
+
+def test_offline_verify_cli(tmp_path: Path) -> None:
+    """`pairreg measurement verify --file --key`: no registry, only the record and the key."""
+    import json
+
+    from registry.measurement_signing import sign, statement
+    from tests.api.conftest import run_cli
+
+    key = Ed25519PrivateKey.generate()
+    pub = (
+        key.public_key()
+        .public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        .hex()
+    )
+    result = synthetic_result({"code": 0.8}, n=3)
+    record: dict[str, Any] = {
+        "id": 7,
+        "pair_digest": "a" * 64,
+        "job_id": 3,
+        "suite_name": "default",
+        "suite_digest": "e" * 64,
+        "settings_digest": "b" * 64,
+        "runner_version": "r-1",
+        "overall": result["overall"],
+        "categories": result["categories"],
+        "prompts": result["prompts"],
+    }
+    stmt = statement(
+        result=result, **{k: record[k] for k in ("pair_digest", "job_id", "suite_name")},
+        suite_digest=record["suite_digest"], settings_digest=record["settings_digest"],
+        runner_version=record["runner_version"],
+    )  # fmt: skip
+    record["signature"] = sign(key, stmt)
+    good = tmp_path / "m.json"
+    good.write_text(json.dumps(record))
+    out = run_cli("measurement", "verify", "--file", str(good), "--key", pub)
+    assert out.exit_code == 0 and "verified" in out.output
+    record["overall"] = {**record["overall"], "alpha": 0.99}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(record))
+    out = run_cli("measurement", "verify", "--file", str(bad), "--key", pub)
+    assert out.exit_code == 1 and "differ from the signed ones" in out.output
+    out = run_cli("measurement", "verify", "--file", str(good))
+    assert out.exit_code == 2 and "--key" in out.output
