@@ -123,8 +123,8 @@ def test_policy_text_rule_embedded(home: Settings, tmp_path: Path) -> None:
 # -- 3. provenance: a self-reported result never opens a gate by default -----------------
 
 
-def _self_report(env: ApiEnv, digest: str, role: str) -> dict[str, Any]:
-    body = {
+def _report_body(env: ApiEnv, digest: str) -> dict[str, Any]:
+    return {
         "pair": digest,
         "suite_name": "default",
         "suite_digest": "f" * 64,
@@ -132,6 +132,10 @@ def _self_report(env: ApiEnv, digest: str, role: str) -> dict[str, Any]:
         "runner_version": "fake-1",
         "result": synthetic_result({"code": 0.99, "chat": 0.99}, tokens=60),
     }
+
+
+def _self_report(env: ApiEnv, digest: str, role: str) -> dict[str, Any]:
+    body = _report_body(env, digest)
     r = env.client.post("/v1/measurements", json=body, headers=env.auth(role))
     assert r.status_code == 201, r.text
     return r.json()
@@ -142,6 +146,10 @@ def test_self_reported_measurement_does_not_pass_a_gate(api: ApiEnv, tmp_path: P
     digest = _pair(api, tmp_path)
     m = _self_report(api, digest, "registrar")
     assert m["produced_via"] == "http" and m["created_by"] == "token:t-registrar"
+    for claim in ({"via": "local"}, {"produced_via": "job"}, {"job_id": 1}):
+        body = {**_report_body(api, digest), **claim}
+        r = api.client.post("/v1/measurements", json=body, headers=api.auth("registrar"))
+        assert r.status_code == 422, (claim, r.status_code)  # provenance is not the caller's
     assert m["alpha"] > 0.95
     r = api.client.post(
         f"/v1/pairs/{digest}/validate",
