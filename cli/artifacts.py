@@ -150,6 +150,23 @@ def show(ref: str = typer.Argument(..., help="Artifact reference."), json_out: b
     )
 
 
+@app.command("approve-remote-code")
+def approve_remote_code(
+    ref: str = typer.Argument(..., help="Artifact reference (lineage@vN or id)."),
+    reason: str = typer.Option(..., "--reason", help="Why these bytes may run (recorded)."),
+    json_out: bool = JSON,
+) -> None:
+    """Approve one artifact's own model code to run in isolated workers (admin).
+
+    The approval is for these exact bytes (manifest digest): a new version needs its own."""
+    out = get_backend().approve_remote_code(ref=ref, reason=reason)
+    if json_out:
+        print_json(out)
+        return
+    what = "approved" if out.created else "already approved"
+    console.print(f"{ref}: model code {what} (manifest {short(out.manifest_digest)})")
+
+
 @app.command("list")
 def list_(
     lineage: str | None = typer.Option(None, help="Only this lineage."),

@@ -9,6 +9,7 @@ separate worker; in remote mode it waits for the server's worker.
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +24,7 @@ from cli.render import console, err_console, kv, print_json, short, table
 from registry.contract.interface import Backend
 from registry.errors import InvalidInput
 from registry.jobloop import record_validation_run
+from registry.measurement_signing import verify_record
 from registry.records_governance import ValidateResult, ValidationRecord
 
 JSON = typer.Option(False, "--json", help="Machine-readable output.")
@@ -66,6 +68,12 @@ def _local_identity(
 
 def _wait_for_job(backend: Any, job: Any, device: str, timeout: float) -> Any:
     deadline = time.monotonic() + timeout
+    if backend.mode == "embedded" and job.state == "queued" and job.isolated:
+        raise InvalidInput(
+            f"job {job.id} runs approved remote model code: only an isolated worker measures "
+            "it (`pairreg worker --isolated` against `pairreg serve`, docs/governance.md)",
+            field="isolated",
+        )
     if backend.mode == "embedded" and job.state == "queued":
         err_console.print(f"measuring (job {job.id}) …")
         worker_cli.make_worker(backend, device=device).work(once=True, job_id=job.id)
@@ -612,6 +620,92 @@ def measurement_show(id: int = typer.Argument(...), json_out: bool = JSON) -> No
         f"({short(m.suite_digest)}), runner {m.runner_version}"
     )
     measure_cli.render_categories(m.categories, m.overall)
+    signed = f", signed by {m.signature['key']}" if m.signature else ", unsigned"
+    console.print(
+        f"produced via {m.produced_via} by {m.created_by}"
+        + (f" (job {m.job_id})" if m.job_id else "")
+        + signed,
+        highlight=False,
+        markup=False,
+    )
+
+
+@measurement_app.command("verify")
+def measurement_verify(
+    id: int | None = typer.Argument(None, help="Measurement id (asks the registry)."),
+    file: Path | None = typer.Option(
+        None, "--file", help="Offline: a `measurement show --json` record instead of an id."
+    ),
+    key: str | None = typer.Option(
+        None, "--key", help="Offline: the worker's public key (64 hex or a PEM file path)."
+    ),
+    json_out: bool = JSON,
+) -> None:
+    """Verify a measurement's worker signature (by id, or offline from a file and a key)."""
+    if file is not None:
+        if not key:
+            raise InvalidInput("--file needs --key: the worker's public key", field="key")
+        key_text = Path(key).read_text() if Path(key).is_file() else key
+        try:
+            record = json.loads(Path(file).read_text())
+        except (OSError, ValueError) as exc:
+            raise InvalidInput(f"cannot read {file}: {exc}", field="file") from exc
+        problems = verify_record(record, key_text)
+        if json_out:
+            print_json({"ok": not problems, "problems": problems})
+        elif problems:
+            err_console.print("NOT verified: " + "; ".join(problems), markup=False)
+        else:
+            console.print(f"verified: measurement {record.get('id')} signed by this key")
+        if problems:
+            raise typer.Exit(1)
+        return
+    if id is None:
+        raise InvalidInput("give a measurement id, or --file and --key", field="id")
+    out = get_backend().verify_measurement(id=id)
+    if json_out:
+        print_json(out)
+    elif out.ok:
+        console.print(f"verified: measurement {id} signed by {out.key} ({out.token_name})")
+    else:
+        err_console.print("NOT verified: " + "; ".join(out.problems), markup=False)
+    if not out.ok:
+        raise typer.Exit(1)
+
+
+worker_key_app = typer.Typer(
+    no_args_is_help=True, help="Worker signing keys (admin registers, anyone verifies)."
+)
+
+
+@worker_key_app.command("add")
+def worker_key_add(
+    token: str = typer.Argument(..., help="The worker token's name."),
+    public_key: str = typer.Argument(..., help="64 hex characters, or a PEM file path."),
+    json_out: bool = JSON,
+) -> None:
+    """Register the Ed25519 public key a worker signs its results with."""
+    text = Path(public_key).read_text() if Path(public_key).is_file() else public_key
+    out = get_backend().register_worker_key(token=token, public_key=text)
+    if json_out:
+        print_json(out)
+        return
+    console.print(f"key {out.fingerprint} registered for worker token {out.token_name}")
+
+
+@worker_key_app.command("list")
+def worker_key_list(
+    token: str | None = typer.Option(None, "--token"), json_out: bool = JSON
+) -> None:
+    keys = get_backend().list_worker_keys(token=token)
+    if json_out:
+        print_json(keys)
+        return
+    table(
+        "worker keys",
+        ["fingerprint", "token", "public key", "revoked"],
+        [[k.fingerprint, k.token_name, k.public_key, k.revoked_at or ""] for k in keys],
+    )
 
 
 def watch(
@@ -652,3 +746,4 @@ def register(app: typer.Typer) -> None:
     app.add_typer(jobs_app, name="jobs")
     app.add_typer(drift_app, name="drift")
     app.add_typer(measurement_app, name="measurement")
+    app.add_typer(worker_key_app, name="worker-key")

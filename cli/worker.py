@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 
 import typer
 
 from cli.backend import get_backend, local_backend
 from cli.render import console, err_console
+from registry.audit import load_private_key
 from registry.contract.interface import Backend
-from registry.jobloop import DEFAULT_LEASE_S, Worker, worker_name
+from registry.errors import InvalidInput
+from registry.jobloop import DEFAULT_LEASE_S, Worker, isolation_problems, worker_name
 from registry.settings import Settings, get_settings
 
 
@@ -27,6 +30,8 @@ def make_worker(
     lease_s: int = DEFAULT_LEASE_S,
     settings: Settings | None = None,
     log_prefix: str = "",
+    isolated: bool = False,
+    signing_key: Path | None = None,
 ) -> Worker:
     from runner.executor import RunnerExecutor  # torch loads only for commands that run it
 
@@ -39,6 +44,8 @@ def make_worker(
         lease_s=lease_s,
         state_dir=settings.cache_dir / "verified",
         log=lambda m: err_console.print(f"{log_prefix}{m}", highlight=False),
+        isolated=isolated,
+        signing_key=load_private_key(signing_key) if signing_key else None,
     )
 
 
@@ -51,10 +58,33 @@ def worker_command(
     watch_interval: float = typer.Option(
         300.0, "--watch-interval", help="Seconds between Hub branch polls (0: never)."
     ),
+    isolated: bool = typer.Option(
+        False,
+        "--isolated",
+        help="Also run jobs that execute approved remote model code; refuses to start "
+        "unless this process holds nothing but its token (docs/governance.md).",
+    ),
+    signing_key: Path | None = typer.Option(
+        None,
+        "--signing-key",
+        help="Ed25519 private key (PEM) to sign every result with; an admin registers its "
+        "public half (`pairreg worker-key add`).",
+    ),
 ) -> None:
     """Claim measurement jobs and run them (Ctrl-C to stop)."""
+    if isolated:
+        problems = isolation_problems(get_settings())
+        if problems:
+            raise InvalidInput("not isolated: " + "; ".join(problems), field="isolated")
     backend = get_backend()
-    worker = make_worker(backend, name=name, device=device, lease_s=lease)
+    worker = make_worker(
+        backend,
+        name=name,
+        device=device,
+        lease_s=lease,
+        isolated=isolated,
+        signing_key=signing_key,
+    )
     console.print(f"worker {worker.name} ({backend.mode}, device {device})")
     n = worker.work(once=once, poll_s=poll, watch_s=0.0 if once else watch_interval)
     console.print(f"{n} job(s) run")

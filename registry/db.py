@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -158,11 +158,26 @@ def session_scope(url: str, *, read_only: bool = False) -> Iterator[Session]:
     try:
         yield session
         session.commit()
-    except BaseException:
+    except BaseException as exc:
         session.rollback()
+        event = getattr(exc, "audit_event", None)
+        if event and not read_only:
+            _audit_refusal(url, event)
         raise
     finally:
         session.close()
+
+
+def _audit_refusal(url: str, event: dict[str, Any]) -> None:
+    """Record a refusal (see ``registry.errors.Forbidden``) after its transaction rolled
+    back; a failure here is logged and never hides the refusal itself."""
+    from registry.audit import append_event
+
+    try:
+        with session_scope(url) as session:
+            append_event(session, **event)
+    except Exception:  # noqa: BLE001 - the caller still gets its 403
+        logger.exception("could not audit a refusal: %s", event.get("action"))
 
 
 def transact(

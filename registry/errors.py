@@ -53,6 +53,20 @@ class Forbidden(PairregError):
     status = 403
     title = "Forbidden"
 
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str | None = None,
+        details: object = None,
+        audit_event: dict[str, object] | None = None,
+    ):
+        super().__init__(message, field=field, details=details)
+        # A refusal by a rule of separation of duties is itself audited: the refused
+        # transaction rolls back, then ``registry.db.session_scope`` appends this event
+        # (``append_event`` keyword arguments) in a transaction of its own.
+        self.audit_event = audit_event
+
 
 class SchemaOutOfDate(PairregError):
     kind = "schema"

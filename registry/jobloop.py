@@ -27,12 +27,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from registry.contract.interface import Backend
 from registry.errors import Conflict, PairregError
 from registry.materialize import IntegrityError, materialise
+from registry.measurement_signing import sign, statement
 from registry.methods import get_method
+from registry.policy import settings_digest
 from registry.records import ArtifactRecord, VerifyReport
 from registry.records_governance import JobRecord, ValidationRecord
+from registry.settings import Settings
 
 DEFAULT_LEASE_S = 60
 SWEEP_AFTER_S = 120.0
@@ -215,6 +220,10 @@ class Worker:
     lease_s: int = DEFAULT_LEASE_S
     state_dir: Path | None = None
     log: Log | None = None
+    # Holds nothing but its token: may claim jobs that run approved remote model code.
+    isolated: bool = False
+    # Signs every result it hands back (its public half registered for this worker's token).
+    signing_key: Ed25519PrivateKey | None = None
 
     def _say(self, message: str) -> None:
         if self.log:
@@ -227,7 +236,24 @@ class Worker:
             lease_seconds=self.lease_s,
             id=job_id,
             runner_version=self.executor.runner_version,
+            isolated=self.isolated,
         )
+
+    def _signed(self, job: JobRecord, result: dict[str, Any]) -> dict[str, Any]:
+        """The result with this worker's signature over its canonical statement."""
+        if self.signing_key is None or not isinstance(result.get("result"), dict):
+            return result
+        args = job.args
+        stmt = statement(
+            pair_digest=args["pair_digest"],
+            job_id=job.id,
+            suite_name=args["suite_name"],
+            suite_digest=result["suite_digest"],
+            settings_digest=settings_digest(result.get("settings") or args["settings"]),
+            runner_version=result["runner_version"],
+            result=result["result"],
+        )
+        return {**result, "signature": sign(self.signing_key, stmt)}
 
     def run_one(self, job: JobRecord) -> JobRecord:
         """Execute a claimed job and report its outcome; returns the final job record."""
@@ -261,7 +287,7 @@ class Worker:
         if keeper.lost.is_set():
             return b.get_job(id=job.id)
         try:
-            final = b.complete_job(id=job.id, worker=self.name, result=result)
+            final = b.complete_job(id=job.id, worker=self.name, result=self._signed(job, result))
         except Conflict:
             return b.get_job(id=job.id)  # someone else finished it after our lease lapsed
         validation_id = (final.result or {}).get("validation_id")
@@ -330,3 +356,28 @@ class Worker:
 
         threading.Thread(target=loop, daemon=True, name="pairreg-worker").start()
         return stop
+
+
+def isolation_problems(settings: Settings) -> list[str]:
+    """Why this process is not isolated enough to run remote model code (none when it is).
+
+    A worker that runs an artifact's own Python must hold nothing that Python could steal
+    beyond its worker token: it talks to the server over HTTP (``PAIRREG_URL``) with the
+    token from ``PAIRREG_TOKEN``, and can read neither a database URL, nor the audit
+    signing key, nor a credentials file. Run it as its own OS user (or container) with its
+    own ``PAIRREG_HOME`` (docs/governance.md)."""
+    problems = []
+    if not settings.url:
+        problems.append("PAIRREG_URL is not set: an isolated worker talks to the server only")
+    if not settings.token:
+        problems.append("PAIRREG_TOKEN is not set: the token comes from the environment only")
+    if settings.database_url or os.environ.get("PAIRREG_DATABASE_URL"):
+        problems.append("a database URL is configured (PAIRREG_DATABASE_URL)")
+    for what, path in (
+        ("the audit signing key", settings.signing_key_path),
+        ("a credentials file", settings.credentials_path),
+        ("the embedded database", settings.home_dir / "registry.db"),
+    ):
+        if os.access(path, os.R_OK):
+            problems.append(f"{what} is readable at {path}")
+    return problems

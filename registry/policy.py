@@ -49,8 +49,18 @@ DEFAULTS: dict[str, Any] = {
         "trusted_roots": [],
     },
     "drafter": {"declared_target_must_match": True},
-    # lineages whose model code (config.json auto_map) may run; none by default
+    # Kept only so stored policies still parse: remote model code is approved per artifact
+    # manifest digest by an admin (``approve_remote_code``), never by a policy; a policy
+    # that names lineages here is refused.
     "runner": {"trust_remote_code": []},
+    # Which measurements a validation may reuse, by how they were produced: ``job`` (a
+    # worker under a job), ``local`` (the embedded registry's own user), ``http`` (a result
+    # self-reported over HTTP: never trusted unless named here); and whether only those a
+    # registered worker key signed count.
+    "trust": {"measurements": ["job", "local"], "require_signature": False},
+    # Four-eyes: the actor that registered a pair or stored the policy in force cannot
+    # promote that pair.
+    "governance": {"distinct_actors": False},
     "drift": {"margin": 0.05, "significance": 0.05, "bootstrap": 2000},
     # Online acceptance monitoring (registry/services/online.py): the sequential test's
     # level (false alarms over the whole life of a live pair) and the tolerated drop below
@@ -189,11 +199,43 @@ def _check(policy: dict[str, Any]) -> None:
                 field="provenance.trusted_roots",
             )
     _check_economics(policy["economics"])
+    _check_duties(policy)
     if not isinstance(policy["drafter"]["declared_target_must_match"], bool):
         raise InvalidInput(
             "drafter.declared_target_must_match must be true or false",
             field="drafter.declared_target_must_match",
         )
+
+
+def _check_duties(policy: dict[str, Any]) -> None:
+    """``[runner]``, ``[trust]`` and ``[governance]``: what a policy may and may not grant."""
+    if policy["runner"]["trust_remote_code"]:
+        raise InvalidInput(
+            "[runner] trust_remote_code can no longer name lineages: an admin approves one "
+            "artifact's model code by its manifest digest (`pairreg artifact approve-remote-code`)",
+            field="runner.trust_remote_code",
+        )
+    trust = policy["trust"]
+    origins = trust["measurements"]
+    if (
+        not isinstance(origins, list)
+        or not origins
+        or any(o not in MEASUREMENT_ORIGINS for o in origins)
+    ):
+        raise InvalidInput(
+            "trust.measurements must be a non-empty list of " + ", ".join(MEASUREMENT_ORIGINS),
+            field="trust.measurements",
+        )
+    trust["measurements"] = sorted(set(origins), key=MEASUREMENT_ORIGINS.index)
+    for section, key in (("trust", "require_signature"), ("governance", "distinct_actors")):
+        if not isinstance(policy[section][key], bool):
+            raise InvalidInput(f"{section}.{key} must be true or false", field=f"{section}.{key}")
+
+
+def section(policy: dict[str, Any], name: str) -> dict[str, Any]:
+    """A policy section with its defaults filled in (policies stored before the section
+    existed lack it, and then mean its defaults)."""
+    return {**DEFAULTS[name], **(policy.get(name) or {})}
 
 
 def _check_economics(econ: dict[str, Any]) -> None:
@@ -269,7 +311,8 @@ _DIGEST_OMIT_IF_DEFAULT = (
     ("provenance", "allowed_signers"),
     ("provenance", "trusted_roots"),
 )
-_DIGEST_OMIT_SECTION_IF_DEFAULT = ("economics",)
+_DIGEST_OMIT_SECTION_IF_DEFAULT = ("economics", "trust", "governance")
+MEASUREMENT_ORIGINS = ("job", "local", "http")
 
 
 def policy_digest(parsed: dict[str, Any]) -> str:
@@ -332,20 +375,22 @@ def measurement_settings(
 
 
 def remote_code_parts(
-    policy: dict[str, Any], parts: list[tuple[str, str, dict[str, Any] | None]]
+    parts: list[tuple[str, str, dict[str, Any] | None, str]], approved: set[str]
 ) -> tuple[list[str], bool]:
-    """For ``(role, lineage, facts)`` parts: (those whose code is not in transformers and
-    that the policy's ``[runner] trust_remote_code`` does not name, whether any part runs
-    its own code). Such code runs only when the policy names its lineage."""
-    allowed = set((policy.get("runner") or {}).get("trust_remote_code") or [])
+    """For ``(role, lineage, facts, manifest_digest)`` parts: (those whose code is not in
+    transformers and whose exact bytes no admin approved, whether any part runs its own
+    code). Such code runs only in a worker that holds no registry secrets."""
     needing = [
-        (role, lineage) for role, lineage, facts in parts if (facts or {}).get("remote_code")
+        (role, lineage, digest)
+        for role, lineage, facts, digest in parts
+        if (facts or {}).get("remote_code")
     ]
     refused = [
         f"{role} {lineage} ships its own model code (config.json auto_map), which runs only "
-        "when the policy names it in [runner] trust_remote_code"
-        for role, lineage in needing
-        if lineage not in allowed
+        f"once an admin approves these exact bytes (manifest {digest[:12]}): "
+        "`pairreg artifact approve-remote-code`"
+        for role, lineage, digest in needing
+        if digest not in approved
     ]
     return refused, bool(needing)
 

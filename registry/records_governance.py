@@ -58,6 +58,16 @@ class MeasurementRecord(BaseModel):
     job_id: int | None = None
     created_by: str
     created_at: datetime
+    produced_via: str = Field(
+        default="http",
+        description="How it was produced: job (a worker under a job), local (the embedded "
+        "registry's own user) or http (self-reported over HTTP).",
+    )
+    signature: dict[str, Any] | None = Field(
+        default=None,
+        description="A worker's Ed25519 signature over the result's canonical statement "
+        "({statement, key, signature}); verify offline with the worker's public key.",
+    )
 
 
 class GateResult(BaseModel):
@@ -90,6 +100,10 @@ class JobRecord(BaseModel):
     idempotency_key: str
     state: JobState
     device: str | None = None
+    isolated: bool = Field(
+        default=False,
+        description="Runs approved remote model code: only isolated workers claim it.",
+    )
     attempts: int
     max_attempts: int
     lease_owner: str | None = None
@@ -189,3 +203,39 @@ class WatchResult(BaseModel):
     registered: bool
     artifact_id: int | None = None
     error: str | None = None
+
+
+class RemoteCodeApprovalRecord(BaseModel):
+    """An admin's approval of one artifact's own model code, bound to its exact bytes."""
+
+    id: int
+    manifest_digest: str
+    artifact_id: int
+    reason: str
+    approved_by: str
+    approved_at: datetime
+    created: bool = Field(default=True, description="False when the bytes were approved before.")
+
+
+class WorkerKeyRecord(BaseModel):
+    """A worker's Ed25519 public key (hex of the raw 32 bytes) and the token it signs for."""
+
+    id: int
+    fingerprint: str
+    token_name: str
+    public_key: str
+    created_by: str
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+
+class MeasurementVerification(BaseModel):
+    """Whether a measurement's stored signature verifies against its worker's key."""
+
+    measurement_id: int
+    produced_via: str
+    signed: bool
+    key: str | None = None
+    token_name: str | None = None
+    ok: bool
+    problems: list[str]

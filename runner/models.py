@@ -53,7 +53,8 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
 def _remote_code_error(path: str | os.PathLike[str], exc: Exception) -> ValueError:
     return ValueError(
         f"{Path(path).name}: the model's code is not in transformers (config.json auto_map); "
-        "it runs only when the policy names its lineage in [runner] trust_remote_code "
+        "it runs only once an admin approves these exact bytes (`pairreg artifact "
+        "approve-remote-code`), in an isolated worker "
         f"({str(exc).splitlines()[0][:160]})"
     )
 

@@ -52,12 +52,15 @@ from registry.records_governance import (
     DriftFlagRecord,
     JobRecord,
     MeasurementRecord,
+    MeasurementVerification,
     PolicyPutResult,
     PolicyRecord,
     PromoteResult,
+    RemoteCodeApprovalRecord,
     ValidateResult,
     ValidationRecord,
     WatchResult,
+    WorkerKeyRecord,
 )
 from registry.records_online import OnlineAlpha
 from registry.records_requests import (
@@ -79,6 +82,7 @@ from registry.records_trust import (
     TreeVerifyResult,
 )
 from registry.roles import TokenRole
+from registry.services.duties import ApprovalReason
 
 
 class Backend(Protocol):
@@ -114,6 +118,10 @@ class Backend(Protocol):
 
     def verify_artifact(self, *, ref: str, path: str | None = ...) -> VerifyReport:
         """Re-hash and compare with the manifest."""
+        ...
+
+    def approve_remote_code(self, *, ref: str, reason: ApprovalReason) -> RemoteCodeApprovalRecord:
+        """Approve one artifact's own model code (by manifest digest) to run in isolated workers."""
         ...
 
     def get_artifact(self, *, ref: str) -> ArtifactRecord:
@@ -365,7 +373,19 @@ class Backend(Protocol):
         mlflow_run_id: str | None = ...,
         device: str | None = ...,
     ) -> MeasurementRecord:
-        """Store a measurement taken by `pairreg measure`."""
+        """Store a measurement taken by `pairreg measure` (recorded as self-reported)."""
+        ...
+
+    def verify_measurement(self, *, id: Id) -> MeasurementVerification:
+        """Check a measurement's worker signature against the worker's registered key."""
+        ...
+
+    def register_worker_key(self, *, token: str, public_key: str) -> WorkerKeyRecord:
+        """Register the Ed25519 public key a worker token signs its results with."""
+        ...
+
+    def list_worker_keys(self, *, token: str | None = ...) -> list[WorkerKeyRecord]:
+        """Registered worker keys (to verify signed measurements offline)."""
         ...
 
     def list_measurements(
@@ -398,6 +418,7 @@ class Backend(Protocol):
         lease_seconds: LeaseSeconds = ...,
         id: Id | None = ...,
         runner_version: str | None = ...,
+        isolated: bool = ...,
     ) -> JobRecord | None:
         """Claim the oldest claimable job (null when none)."""
         ...

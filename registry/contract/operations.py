@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from registry import roles
 from registry.contract.spec import CallContext, Operation
-from registry.errors import Conflict, InvalidInput, NotFound, SchemaOutOfDate
+from registry.errors import Conflict, Forbidden, InvalidInput, NotFound, SchemaOutOfDate
 from registry.records import Checkpoint
 from registry.records_requests import decode_tags
 from registry.services import (
@@ -21,6 +21,7 @@ from registry.services import (
     bundles,
     deployments,
     drift,
+    duties,
     economics,
     exports,
     jobs,
@@ -40,6 +41,8 @@ from registry.source_paths import PathLimits, path_limits
 
 NF = (InvalidInput, NotFound)
 NFC = (InvalidInput, NotFound, Conflict)
+# ...and a rule inside the operation that refuses some of the roles it admits (403)
+NFCF = (InvalidInput, NotFound, Conflict, Forbidden)
 
 
 def _signing_key(ctx: CallContext) -> str:
@@ -60,6 +63,12 @@ def _mlflow_ui(ctx: CallContext) -> str | None:
 def _confine(ctx: CallContext) -> PathLimits | None:
     """Where a caller's local paths may point: the one place local and remote differ."""
     return path_limits(ctx.settings, remote=ctx.remote)
+
+
+def _via(ctx: CallContext) -> str:
+    """How a self-reported measurement arrived: over HTTP (a token's word), or from the
+    embedded registry's own user (who owns the database anyway)."""
+    return "http" if ctx.remote else "local"
 
 
 def _nothing_new(attr: str):  # -> Callable[[Any], bool]
@@ -106,6 +115,17 @@ OPERATIONS: tuple[Operation, ...] = (
         "artifacts",
         errors=NF,
         context={"confine": _confine},
+    ),
+    Operation(
+        duties.approve_remote_code,
+        "POST",
+        "/v1/artifacts/{ref:path}/approve-remote-code",
+        roles.APPROVE_REMOTE_CODE,
+        "Approve one artifact's own model code (by manifest digest) to run in isolated workers",
+        "artifacts",
+        errors=NF,
+        status=201,
+        unchanged=(lambda r: not r.created, 200, "Already approved"),
     ),
     Operation(
         artifacts.get_artifact,
@@ -364,7 +384,7 @@ OPERATIONS: tuple[Operation, ...] = (
         policies.put_policy,
         "POST",
         "/v1/policies",
-        roles.GOVERN,
+        roles.AUTHOR_POLICY,
         "Store a policy (a new version when changed)",
         "policies",
         errors=(InvalidInput,),
@@ -398,7 +418,7 @@ OPERATIONS: tuple[Operation, ...] = (
         roles.VALIDATE,
         "Validate a pair against a policy (202 when a measurement is queued)",
         "validation",
-        errors=NFC,
+        errors=NFCF,
         unchanged=(lambda r: r.state == "queued", 202, "Measurement queued"),
         examples=({"policy": "default", "deployment": "chat-prod"},),
     ),
@@ -476,7 +496,7 @@ OPERATIONS: tuple[Operation, ...] = (
         roles.GOVERN,
         "Promote a pair (gates re-checked in the transaction)",
         "deployments",
-        errors=NFC,
+        errors=NFCF,
         wire_names={"ref": "pair"},
         examples=({"pair": "3f2a9c1b7d4e", "reason": "passed canary", "expect_version": 4},),
     ),
@@ -494,7 +514,7 @@ OPERATIONS: tuple[Operation, ...] = (
         deployments.set_deployment_policy,
         "PUT",
         "/v1/deployments/{name}/policy",
-        roles.GOVERN,
+        roles.AUTHOR_POLICY,
         "Change the policy a deployment enforces",
         "deployments",
         errors=NFC,
@@ -505,10 +525,39 @@ OPERATIONS: tuple[Operation, ...] = (
         "POST",
         "/v1/measurements",
         roles.MEASURE,
-        "Store a measurement taken by `pairreg measure`",
+        "Store a measurement taken by `pairreg measure` (recorded as self-reported)",
         "measurements",
         errors=NF,
         status=201,
+        context={"via": _via},
+    ),
+    Operation(
+        duties.verify_measurement,
+        "POST",
+        "/v1/measurements/{id}/verify",
+        roles.READ_REGISTRY,
+        "Check a measurement's worker signature against the worker's registered key",
+        "measurements",
+        errors=NF,
+    ),
+    Operation(
+        duties.register_worker_key,
+        "POST",
+        "/v1/worker-keys",
+        roles.ADMIN,
+        "Register the Ed25519 public key a worker token signs its results with",
+        "jobs",
+        errors=NFC,
+        status=201,
+    ),
+    Operation(
+        duties.list_worker_keys,
+        "GET",
+        "/v1/worker-keys",
+        roles.READ_REGISTRY,
+        "Registered worker keys (to verify signed measurements offline)",
+        "jobs",
+        errors=NF,
     ),
     Operation(
         measurements.list_measurements,

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
 from registry.errors import InvalidInput, PairregError
+from registry.roles import Duty
 from registry.settings import Settings
 
 HttpMethod = Literal["GET", "POST", "PUT", "DELETE"]
@@ -102,6 +103,17 @@ class Operation:
     # Faster still for the largest: a decoder of the body's bytes that returns its fields
     # already checked, or None when unsure (the body model then validates it as above).
     json_body_fast: Callable[[bytes], dict[str, Any] | None] | None = None
+
+    def __post_init__(self) -> None:
+        # Roles follow from a duty (registry/roles.py), never from an ad-hoc set of roles.
+        if not isinstance(self.roles, Duty):
+            raise TypeError(f"{self.service.__name__}: roles must be a registry.roles.Duty")
+
+    @property
+    def duty(self) -> str:
+        """The name of the duty this operation belongs to (its roles follow from it)."""
+        assert isinstance(self.roles, Duty)
+        return self.roles.name
 
     @property
     def name(self) -> str:

@@ -16,8 +16,10 @@ from registry.models.governance import (
     Job,
     Measurement,
     Policy,
+    RemoteCodeApproval,
     Validation,
     Worker,
+    WorkerKey,
 )
 from registry.models.online import OnlineBucket, OnlineMonitor
 from registry.models.requests import RequestBatch, RequestId, RequestTag, TelemetrySample
@@ -39,6 +41,7 @@ __all__ = [
     "OnlineMonitor",
     "Pair",
     "Policy",
+    "RemoteCodeApproval",
     "RequestBatch",
     "RequestId",
     "RequestTag",
@@ -47,5 +50,6 @@ __all__ = [
     "UTCDateTime",
     "Validation",
     "Worker",
+    "WorkerKey",
     "utcnow",
 ]

@@ -75,6 +75,12 @@ class Measurement(Base):
     job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"), unique=True)
     created_by: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # How it reached the registry (``job``: a worker under a job; ``local``: the embedded
+    # registry's own user; ``http``: self-reported over HTTP): what a policy's [trust] reads.
+    produced_via: Mapped[str] = mapped_column(String(16), default="http")
+    # A worker's Ed25519 signature over the canonical statement of its result, when it
+    # signed (registry/measurement_signing.py): {statement, key, signature}.
+    signature: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class Validation(Base):
@@ -145,6 +151,9 @@ class Job(Base):
     idempotency_key: Mapped[str] = mapped_column(String(64), unique=True)
     state: Mapped[str] = mapped_column(String(16))
     device: Mapped[str | None] = mapped_column(String(16))
+    # Runs an artifact's own model code (approved by manifest digest): only a worker that
+    # holds nothing but its token (``claim_job(isolated=True)`` over HTTP) may claim it.
+    isolated: Mapped[bool] = mapped_column(Boolean, default=False)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     max_attempts: Mapped[int] = mapped_column(Integer, default=3)
     lease_owner: Mapped[str | None] = mapped_column(String(200))
@@ -194,3 +203,32 @@ class DriftFlag(Base):
     opened_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     closed_by: Mapped[str | None] = mapped_column(String(200))
     closed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class RemoteCodeApproval(Base):
+    """An admin's approval for one artifact's own model code (``auto_map``) to run: bound to
+    the exact bytes (the manifest digest), never to a lineage name a policy could repeat."""
+
+    __tablename__ = "remote_code_approvals"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    manifest_digest: Mapped[str] = mapped_column(String(64), unique=True)
+    artifact_id: Mapped[int] = mapped_column(ForeignKey("artifacts.id"))
+    reason: Mapped[str] = mapped_column(String(500))
+    approved_by: Mapped[str] = mapped_column(String(200))
+    approved_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class WorkerKey(Base):
+    """An Ed25519 public key an admin registered for one worker token: results that token's
+    worker signs with the private half verify offline against it."""
+
+    __tablename__ = "worker_keys"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(71), unique=True)  # sha256:<hex of raw key>
+    token_name: Mapped[str] = mapped_column(String(100), index=True)
+    public_key: Mapped[str] = mapped_column(String(64))  # the raw 32 bytes, hex
+    created_by: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

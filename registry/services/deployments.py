@@ -13,7 +13,7 @@ Status rules: the pair made live becomes ``promoted``; the pair it replaces goes
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field
 from sqlalchemy import func, select, update
@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from registry import lifecycle
 from registry.audit import append_event, lock_writes
-from registry.errors import Conflict, InvalidInput, NotFound
+from registry.errors import Conflict, Forbidden, InvalidInput, NotFound
 from registry.models import Deployment, DeploymentEvent, Measurement, Pair, Validation, utcnow
 from registry.params import (
     Cursor,
@@ -32,7 +32,7 @@ from registry.params import (
     Reason,
     Timestamp,
 )
-from registry.policy import settings_digest
+from registry.policy import section, settings_digest
 from registry.records import Page
 from registry.records_governance import (
     DeploymentEventRecord,
@@ -216,6 +216,7 @@ def _move(
     validation_id: int | None,
     expect_version: int | None,
     actor: str,
+    extra_payload: dict[str, Any] | None = None,
 ) -> DeploymentEvent:
     """Compare-and-set the live pair, append its event, fix statuses; one transaction."""
     seen = dep.version
@@ -280,9 +281,53 @@ def _move(
             "to_pair": to_pair.pair_digest,
             "reason": reason,
             "validation_id": validation_id,
+            **(extra_payload or {}),
         },
     )
     return ev
+
+
+FOUR_EYES_RULE = "governance.distinct_actors"
+
+
+def check_distinct_actors(
+    session: Session, pair: Pair, dep: Deployment, actor: str
+) -> dict[str, Any] | None:
+    """Four-eyes, when the deployment's policy sets ``[governance] distinct_actors``: the
+    actor that registered the pair, or stored the policy version in force, cannot promote
+    it. Refused with a 403 naming the rule, and the refusal is audited
+    (``deployment.promote_refused``); allowed promotions record who was distinct."""
+    pol = load_policy(session, dep.policy_name)
+    if not section(pol.parsed, "governance")["distinct_actors"]:
+        return None
+    roles_held = {"registered the pair": pair.registered_by, "authored the policy": pol.created_by}
+    clashes = [what for what, who in roles_held.items() if who == actor]
+    if clashes:
+        raise Forbidden(
+            f"{FOUR_EYES_RULE}: policy {pol.name} v{pol.version} requires another actor to "
+            f"promote: {actor} " + " and ".join(clashes),
+            field="ref",
+            details={"rule": FOUR_EYES_RULE, "policy": pol.name, "clashes": clashes},
+            audit_event={
+                "actor": actor,
+                "action": "deployment.promote_refused",
+                "entity_type": "deployment",
+                "entity_id": dep.name,
+                "payload": {
+                    "rule": FOUR_EYES_RULE,
+                    "pair": pair.pair_digest,
+                    "policy": pol.name,
+                    "policy_version": pol.version,
+                    "clashes": clashes,
+                },
+            },
+        )
+    return {
+        "rule": FOUR_EYES_RULE,
+        "policy_version": pol.version,
+        "registered_by": pair.registered_by,
+        "policy_by": pol.created_by,
+    }
 
 
 def promotion_gates(
@@ -318,7 +363,7 @@ def promotion_gates(
     m = session.get(Measurement, val.measurement_id) if val.measurement_id else None
     if m is None:
         return [], val, [f"validation {val.id} has no measurement"]
-    wanted = settings_digest(policy_settings(pair, pol))
+    wanted = settings_digest(policy_settings(session, pair, pol))
     if m.settings_digest != wanted or m.suite_name != pol.parsed["suite"]["name"]:
         return (
             [],
@@ -363,6 +408,7 @@ def promote(
         dep = resolve_deployment(session, deployment)
     if dep.current_pair_id == pair.id:
         raise Conflict(f"pair {pair.pair_digest[:12]} is already live on {dep.name}", field="ref")
+    four_eyes = check_distinct_actors(session, pair, dep, actor)
     gates, val, refusals = promotion_gates(session, pair, dep)
     if refusals:
         raise Conflict(
@@ -379,6 +425,7 @@ def promote(
         validation_id=val.id if val else None,
         expect_version=expect_version,
         actor=actor,
+        extra_payload={"four_eyes": four_eyes} if four_eyes else None,
     )
     digests = _digests(session, {ev.from_pair_id, ev.to_pair_id})
     return PromoteResult(

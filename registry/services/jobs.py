@@ -22,12 +22,13 @@ from sqlalchemy.orm import Session
 from registry.audit import append_event, lock_writes
 from registry.canonical import digest_of
 from registry.errors import Conflict, InvalidInput, NotFound
-from registry.models import Artifact, Job, Worker, utcnow
+from registry.models import Artifact, Job, Pair, Worker, utcnow
 from registry.params import Cursor, Id, LeaseSeconds, Limit, WorkerName
 from registry.records import Page, VerifyReport, from_row
 from registry.records_governance import JobRecord
 from registry.services.artifacts import report_verification
 from registry.services.base import operation, page_query
+from registry.services.tokens import TOKEN_ACTOR
 
 JOB_STATES = ("queued", "running", "done", "failed")
 JOB_KINDS = ("measure",)
@@ -65,6 +66,7 @@ def enqueue(
         existing.attempts = 0
         existing.error = None
         existing.args = args
+        existing.isolated = needs_isolation(args)
         existing.lease_owner = None
         existing.lease_expires_at = None
         existing.finished_at = None
@@ -84,6 +86,7 @@ def enqueue(
         idempotency_key=key,
         state="queued",
         device=device,
+        isolated=needs_isolation(args),
         attempts=0,
         max_attempts=max_attempts,
         created_by=actor,
@@ -99,6 +102,38 @@ def enqueue(
         payload={"kind": kind, "key": key, "args": args},
     )
     return job, True
+
+
+def needs_isolation(args: dict[str, Any]) -> bool:
+    """A job whose settings run an artifact's own model code."""
+    return bool((args.get("settings") or {}).get("trust_remote_code"))
+
+
+def remote_code_refusal(session: Session, job: Job) -> str | None:
+    """Why an isolated job may not run now: a part (or the previous target a drift job
+    re-scores) ships its own code and no admin approved its exact bytes. Checked at claim
+    time, so a job queued from a baseline's settings (a target change) cannot run new,
+    unapproved code."""
+    from registry.services.duties import approved_digests  # duties imports measurements
+
+    pair = session.get(Pair, (job.args or {}).get("pair_id"))
+    if pair is None:
+        return None
+    parts = [pair.target] + ([pair.drafter] if pair.drafter is not None else [])
+    previous = ((job.args or {}).get("drift") or {}).get("previous_target_id")
+    if previous is not None:
+        old = session.get(Artifact, int(previous))
+        if old is not None:
+            parts.append(old)
+    needing = [a for a in parts if (a.facts or {}).get("remote_code")]
+    approved = approved_digests(session, [a.manifest_digest for a in needing])
+    missing = [f"{a.lineage}@v{a.version}" for a in needing if a.manifest_digest not in approved]
+    if not missing:
+        return None
+    return (
+        "model code of " + ", ".join(missing) + " is not approved for these bytes: "
+        "`pairreg artifact approve-remote-code`"
+    )
 
 
 def _claimable(now):  # type: ignore[no-untyped-def]
@@ -121,6 +156,13 @@ def claim_job(
         str | None,
         Field(max_length=64, description="The runner version this worker measures with."),
     ] = None,
+    isolated: Annotated[
+        bool,
+        Field(
+            description="This worker holds nothing but its token (no signing key, "
+            "credentials file or database URL): it may run approved remote model code."
+        ),
+    ] = False,
     actor: str,
 ) -> JobRecord | None:
     """Take the oldest claimable job (queued, or running with an expired lease), or None.
@@ -131,6 +173,13 @@ def claim_job(
     """
     if not worker:
         raise InvalidInput("worker must name the worker", field="worker")
+    if isolated and not actor.startswith(TOKEN_ACTOR):
+        raise InvalidInput(
+            "an embedded worker reads the database, the signing key and the credentials: "
+            "only a worker that talks to the server over HTTP with a worker token claims "
+            "jobs that run remote code (`pairreg worker --isolated`, PAIRREG_URL set)",
+            field="isolated",
+        )
     if not 1 <= lease_seconds <= 3600:
         raise InvalidInput("lease_seconds must be from 1 to 3600", field="lease_seconds")
     seen_worker(session, worker, runner_version=runner_version, device=device, actor=actor)
@@ -143,6 +192,8 @@ def claim_job(
             stmt = stmt.where(Job.id == id)
         if device:
             stmt = stmt.where(or_(Job.device.is_(None), Job.device == device))
+        if not isolated:
+            stmt = stmt.where(Job.isolated.is_(False))
         stmt = stmt.order_by(Job.id).limit(1)
         if session.get_bind().dialect.name == "postgresql":
             stmt = stmt.with_for_update(skip_locked=True)
@@ -158,6 +209,10 @@ def claim_job(
                 f"(worker {job.lease_owner} stopped renewing it)",
                 actor,
             )
+            continue
+        why = remote_code_refusal(session, job) if job.isolated else None
+        if why is not None:
+            _finish_failed(session, job, why, actor)
             continue
         expired_owner = job.lease_owner if job.state == "running" else None
         job.state = "running"

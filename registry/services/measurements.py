@@ -2,13 +2,16 @@
 
 A measurement is reusable for a validation when the pair, the suite digest, the settings
 digest and the runner version all match, so a pair is never re-measured for nothing and a
-changed suite or runner is never mistaken for the old one.
+changed suite or runner is never mistaken for the old one, and when the policy's ``[trust]``
+accepts how it was produced. Every measurement records its provenance: who stored it
+(``created_by``), how (``produced_via``: ``job`` for a worker under a job, ``local`` for the
+embedded registry's own user, ``http`` for a result self-reported over HTTP), the job, and a
+worker's signature when it signed (:mod:`registry.measurement_signing`).
 """
 
 from __future__ import annotations
 
-import math
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 from sqlalchemy import select
@@ -16,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from registry.audit import append_event, lock_writes
 from registry.errors import InvalidInput, NotFound
+from registry.measurement_signing import clean
 from registry.models import Measurement, Pair
 from registry.params import Cursor, Id, Limit
 from registry.policy import settings_digest
@@ -32,17 +36,6 @@ def to_record(
 ) -> MeasurementRecord:
     prompts = row.prompts if with_prompts else None
     return from_row(MeasurementRecord, row, pair_digest=pair_digest, prompts=prompts)
-
-
-def _clean(value: Any) -> Any:
-    """JSON-safe copy: NaN/inf become null (PostgreSQL JSON refuses them)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
-    return value
 
 
 def _check_result(result: dict[str, Any]) -> None:
@@ -82,9 +75,11 @@ def insert_measurement(
     device: str | None,
     job_id: int | None,
     actor: str,
+    produced_via: str,
+    signature: dict[str, Any] | None = None,
 ) -> Measurement:
     _check_result(result)
-    result = _clean(result)
+    result = clean(result)
     overall = result.get("overall") or {}
     alpha = overall.get("alpha")
     lock_writes(session)
@@ -92,7 +87,7 @@ def insert_measurement(
         pair_id=pair.id,
         suite_name=suite_name,
         suite_digest=suite_digest,
-        settings=_clean(settings),
+        settings=clean(settings),
         settings_digest=settings_digest(settings),
         runner_version=str(runner_version),
         device=device,
@@ -110,6 +105,8 @@ def insert_measurement(
         mlflow_run_id=mlflow_run_id,
         job_id=job_id,
         created_by=actor,
+        produced_via=produced_via,
+        signature=signature,
     )
     session.add(row)
     session.flush()
@@ -129,6 +126,8 @@ def insert_measurement(
             "categories": {c: (v or {}).get("alpha") for c, v in row.categories.items()},
             "mlflow_run_id": mlflow_run_id,
             "job_id": job_id,
+            "produced_via": produced_via,
+            "signed_by": (signature or {}).get("key"),
         },
     )
     return row
@@ -147,8 +146,13 @@ def store_measurement(
     mlflow_run_id: Annotated[str | None, Field(max_length=64)] = None,
     device: Annotated[str | None, Field(max_length=64)] = None,
     actor: str,
+    via: Literal["local", "http"] = "local",
 ) -> MeasurementRecord:
-    """Record a measurement taken outside a job (``pairreg measure``)."""
+    """Record a measurement taken outside a job (``pairreg measure``).
+
+    It is stored with its provenance: ``local`` from the embedded registry's own user,
+    ``http`` when self-reported over HTTP, which no policy trusts unless its ``[trust]``
+    says so (a self-reported number must not open a gate)."""
     pair_row = resolve_pair(session, pair)
     row = insert_measurement(
         session,
@@ -162,6 +166,7 @@ def store_measurement(
         device=device,
         job_id=None,
         actor=actor,
+        produced_via=via,
     )
     return to_record(row, pair_row.pair_digest)
 
@@ -174,9 +179,10 @@ def find_reusable(
     settings: dict[str, Any],
     suite_digest: str | None,
     runner_versions: list[str],
+    trust: dict[str, Any] | None = None,
 ) -> Measurement | None:
     """The newest stored measurement that answers exactly this request, taken by one of
-    ``runner_versions``, if any."""
+    ``runner_versions`` and produced as the policy's ``trust`` section accepts, if any."""
     stmt = select(Measurement).where(
         Measurement.pair_id == pair.id,
         Measurement.suite_name == suite_name,
@@ -185,6 +191,10 @@ def find_reusable(
     if suite_digest:
         stmt = stmt.where(Measurement.suite_digest == suite_digest)
     stmt = stmt.where(Measurement.runner_version.in_(runner_versions))
+    if trust is not None:
+        stmt = stmt.where(Measurement.produced_via.in_(list(trust["measurements"])))
+        if trust["require_signature"]:
+            stmt = stmt.where(Measurement.signature.is_not(None))
     return session.scalar(stmt.order_by(Measurement.id.desc()).limit(1))
 
 

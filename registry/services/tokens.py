@@ -13,11 +13,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from registry.audit import append_event, lock_writes
-from registry.errors import Conflict, InvalidInput, NotFound, Unauthorized
+from registry.errors import Conflict, Forbidden, InvalidInput, NotFound, Unauthorized
 from registry.models import ApiToken, utcnow
 from registry.params import Cursor, Limit
 from registry.records import Identity, Page, TokenCreated, TokenRecord, from_row
-from registry.roles import ROLES, TokenRole, capabilities
+from registry.roles import ROLES, Duty, TokenRole, capabilities, holds
 from registry.services.base import operation, page_query
 
 TOKEN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
@@ -139,3 +139,39 @@ def authenticate(session: Session, secret: str) -> ApiToken:
     if tok.last_used_at is None or (now - tok.last_used_at).total_seconds() > 60:
         tok.last_used_at = now
     return tok
+
+
+TOKEN_ACTOR = "token:"
+
+
+def actor_role(session: Session, actor: str) -> str | None:
+    """The role behind ``actor``: the token's role for ``token:<name>`` (every caller over
+    HTTP acts as its token), ``""`` for a token that is gone or revoked (no duty at all), and
+    None for an actor without a token: the embedded registry's own user (or its in-process
+    worker), who owns the database and so holds every duty on it."""
+    if not actor.startswith(TOKEN_ACTOR):
+        return None
+    tok = session.scalar(select(ApiToken).where(ApiToken.name == actor[len(TOKEN_ACTOR) :]))
+    if tok is None or tok.revoked_at is not None:
+        return ""
+    return tok.role
+
+
+def require_duty(session: Session, actor: str, duty: Duty, *, rule: str, field: str) -> None:
+    """Refuse (403, naming ``rule``) unless ``actor`` holds ``duty``: the check for a rule
+    inside an operation that more roles may call (e.g. policy text sent to ``validate``)."""
+    role = actor_role(session, actor)
+    if not holds(role, duty):
+        raise Forbidden(
+            f"{rule}: this needs the {duty.name} duty (roles {', '.join(sorted(duty))}); "
+            f"{actor} has role {role or 'none'}",
+            field=field,
+            details={"rule": rule, "duty": duty.name, "role": role or None},
+            audit_event={
+                "actor": actor,
+                "action": "duty.refused",
+                "entity_type": "duty",
+                "entity_id": duty.name,
+                "payload": {"rule": rule, "duty": duty.name, "role": role or None},
+            },
+        )

@@ -31,9 +31,10 @@ from pydantic import Field
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from registry import lifecycle
+from registry import lifecycle, roles
 from registry.audit import append_event
 from registry.errors import InvalidInput, NotFound, PairregError
+from registry.measurement_signing import statement
 from registry.model_signature import signer_refusal
 from registry.models import Deployment, DriftFlag, Job, Measurement, Pair, Policy, Validation
 from registry.params import Cursor, Id, Limit
@@ -43,17 +44,22 @@ from registry.policy import (
     economics_gated,
     measurement_settings,
     remote_code_parts,
+    section,
+    settings_digest,
 )
 from registry.records import Page, from_row
 from registry.records_governance import GateResult, ValidateResult, ValidationRecord
 from registry.refs import resolve_deployment, resolve_pair
 from registry.services import jobs as jobs_service
 from registry.services.base import operation, page_query
+from registry.services.duties import approved_digests, check_result_signature
 from registry.services.measurements import find_reusable, insert_measurement
 from registry.services.policies import _store as store_policy
 from registry.services.policies import load_policy
+from registry.services.tokens import require_duty
 
 DECLARED_TARGET_WARNING = "drafter declares intended target"
+POLICY_TEXT_RULE = "policy text is stored only by policy authors"
 
 
 def _fmt(value: float | None) -> str:
@@ -232,17 +238,48 @@ def baseline_measurement(
     return session.get(Measurement, val.measurement_id)
 
 
-def policy_settings(pair: Pair, pol: Policy) -> dict[str, Any]:
+def policy_settings(session: Session, pair: Pair, pol: Policy) -> dict[str, Any]:
     """The runner settings ``pair`` is measured with under ``pol``; refuses a part whose
-    model code is not in transformers unless the policy names it."""
-    parts = [("target", pair.target.lineage, pair.target.facts)]
+    model code is not in transformers unless an admin approved its exact bytes."""
+    parts = [("target", pair.target.lineage, pair.target.facts, pair.target.manifest_digest)]
     if pair.drafter is not None:
-        parts.append(("drafter", pair.drafter.lineage, pair.drafter.facts))
-    refused, needed = remote_code_parts(pol.parsed, parts)
+        d = pair.drafter
+        parts.append(("drafter", d.lineage, d.facts, d.manifest_digest))
+    approved = approved_digests(session, [p[3] for p in parts if (p[2] or {}).get("remote_code")])
+    refused, needed = remote_code_parts(parts, approved)
     if refused:
-        raise InvalidInput("; ".join(refused), field="policy")
+        raise InvalidInput("; ".join(refused), field="ref")
     overrides = {"trust_remote_code": True} if needed else None
     return measurement_settings(pair.config, pol.parsed["suite"], overrides=overrides)
+
+
+_VIA_WORDS = {
+    "job": "measured by a worker under a job",
+    "local": "measured by the embedded registry's own user",
+    "http": "self-reported over HTTP",
+}
+
+
+def trust_gate(policy: dict[str, Any], m: Measurement) -> GateResult:
+    """``measurement.trust``: the measurement was produced as the policy's ``[trust]``
+    accepts (by default a worker under a job or the embedded registry's own user; a
+    self-reported result over HTTP never opens a gate unless the policy says so)."""
+    trust = section(policy, "trust")
+    accepted = list(trust["measurements"])
+    ok = m.produced_via in accepted
+    required = "produced via " + " or ".join(accepted)
+    if trust["require_signature"]:
+        required += ", signed by a registered worker key"
+        ok = ok and m.signature is not None
+    signed = f", signed by {m.signature['key']}" if m.signature else ""
+    return GateResult(
+        name="measurement.trust",
+        required=required,
+        measured=f"{m.produced_via}{signed}",
+        passed=ok,
+        detail=f"measurement {m.id}: {_VIA_WORDS.get(m.produced_via, m.produced_via)} "
+        f"by {m.created_by}" + (f" (job {m.job_id})" if m.job_id else ""),
+    )
 
 
 def evaluate_gates(
@@ -254,7 +291,7 @@ def evaluate_gates(
     baseline: Measurement | None = None,
 ) -> list[GateResult]:
     p = policy.parsed
-    gates: list[GateResult] = []
+    gates: list[GateResult] = [trust_gate(p, m)]
     gates.append(
         GateResult(
             name="alpha.overall",
@@ -490,6 +527,11 @@ def validate_pair(
     pair = resolve_pair(session, ref)
     dep = _deployment(session, deployment)
     if policy_text is not None:
+        # Policy text is stored only by policy authors, wherever it arrives: a registrar
+        # must not lower the floors its own pair is validated against.
+        require_duty(
+            session, actor, roles.AUTHOR_POLICY, rule=POLICY_TEXT_RULE, field="policy_text"
+        )
         pol, _ = store_policy(session, policy_text, None, actor)
     else:
         asked = applicable_policy_name(policy, dep.policy_name if dep else None)
@@ -499,7 +541,7 @@ def validate_pair(
             f"deployment {dep.name} enforces policy {dep.policy_name}, not {pol.name}",
             field="policy",
         )
-    settings = policy_settings(pair, pol)
+    settings = policy_settings(session, pair, pol)
     versions = (
         [runner_version]
         if runner_version
@@ -513,6 +555,7 @@ def validate_pair(
             settings=settings,
             suite_digest=suite_digest,
             runner_versions=versions,
+            trust=section(pol.parsed, "trust"),
         )
         if versions
         else None
@@ -554,18 +597,33 @@ def _complete_measure(
     for key in ("result", "suite_digest", "runner_version"):
         if key not in result:
             raise InvalidInput(f"job result lacks {key!r}", field=key)
+    settings = result.get("settings") or args["settings"]
+    signature = None
+    if result.get("signature") is not None:
+        expected = statement(
+            pair_digest=pair.pair_digest,
+            job_id=job.id,
+            suite_name=args["suite_name"],
+            suite_digest=result["suite_digest"],
+            settings_digest=settings_digest(settings),
+            runner_version=result["runner_version"],
+            result=result["result"] if isinstance(result["result"], dict) else {},
+        )
+        signature = check_result_signature(session, actor, result["signature"], expected)
     m = insert_measurement(
         session,
         pair=pair,
         suite_name=args["suite_name"],
         suite_digest=result["suite_digest"],
-        settings=result.get("settings") or args["settings"],
+        settings=settings,
         runner_version=result["runner_version"],
         result=result["result"],
         mlflow_run_id=result.get("mlflow_run_id"),
         device=result.get("device"),
         job_id=job.id,
         actor=actor,
+        produced_via="job",
+        signature=signature,
     )
     outcome: dict[str, Any] = {"measurement_id": m.id, "alpha": m.alpha}
     if args.get("drift"):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -70,6 +71,11 @@ def seed(root: Path, template: Path, hub: HubServer) -> Seeded:
         "d_changed": write_fake_model(root / "models" / "dx", hidden_size=32, weights=b"x"),
         "heads": write_fake_model(
             root / "models" / "h", weights=b"h", config_extra=SPECULATORS_EAGLE3
+        ),
+        "rc": write_fake_model(  # ships its own model code: approve_remote_code's subject
+            root / "models" / "rc",
+            weights=b"rc",
+            config_extra={"auto_map": {"AutoModelForCausalLM": "modeling_x.X"}},
         ),
         "archive": root / "archive",
     }
@@ -405,6 +411,15 @@ def _steer_export(case: schemathesis.Case, seeded: Seeded, turn: int) -> None:
     case.query = {**(case.query or {}), "deployment": "hub"}
 
 
+def _steer_approve(case: schemathesis.Case, seeded: Seeded, turn: int) -> None:
+    case.path_parameters = {"ref": "acme/rc@v1"}  # the artifact that ships its own code
+
+
+def _steer_worker_key(case: schemathesis.Case, seeded: Seeded, turn: int) -> None:
+    if (body := _body(case)) is not None:
+        body.update(token="gpu-1", public_key=secrets.token_hex(32))  # a new key each time
+
+
 # Operations whose inputs no schema describes well enough for random data to pass (a stored
 # measurement's counters, a Prometheus scrape, a lease held by a named worker, a pair that
 # passed its gates): a quarter of their positive cases are steered onto values that do.
@@ -424,6 +439,8 @@ STEERS = {
     "deprecate_pair": _steer_spare_pair,
     "retire_pair": _steer_spare_pair,
     "export_serving": _steer_export,
+    "approve_remote_code": _steer_approve,
+    "register_worker_key": _steer_worker_key,
 }
 
 

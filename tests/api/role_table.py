@@ -5,7 +5,8 @@ entry here that no longer exists), so adding a route means adding its line. Role
 from the issue: ``admin`` everything; ``registrar`` artifacts and pairs; ``promoter``
 validate, promote, rollback, acknowledge drift; ``ingest`` request tags only; ``auditor``
 read everything including audit and requests; ``reader`` read the registry, not requests
-or audit; ``worker`` the job protocol (claim, renew, complete, fail), the Hub watch and
+or audit; ``worker`` the job protocol (claim, renew, complete, fail), the Hub watch,
+reading the registry its jobs need and
 storing measurements. The sets are spelled out rather than imported from
 ``registry.roles`` so that a
 change there shows up as a failing test, not as a silently widened permission.
@@ -16,7 +17,8 @@ from __future__ import annotations
 PUBLIC: frozenset[str] = frozenset()  # no token needed
 
 ADMIN_ONLY = frozenset({"admin"})
-READ_REGISTRY = frozenset({"admin", "registrar", "promoter", "auditor", "reader"})
+# workers read the pairs, policies, artifacts and baselines of the jobs they run
+READ_REGISTRY = frozenset({"admin", "registrar", "promoter", "auditor", "reader", "worker"})
 WRITE_REGISTRY = frozenset({"admin", "registrar"})
 VERIFY_ARTIFACT = frozenset({"admin", "registrar", "auditor"})
 GOVERN = frozenset({"admin", "promoter"})
@@ -48,6 +50,7 @@ ROLE_TABLE: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/v1/artifacts"): READ_REGISTRY,
     ("POST", "/v1/artifacts/{ref:path}/verify"): VERIFY_ARTIFACT,
     ("GET", "/v1/artifacts/{ref:path}"): READ_REGISTRY,
+    ("POST", "/v1/artifacts/{ref:path}/approve-remote-code"): ADMIN_ONLY,  # remote code
     # pairs
     ("POST", "/v1/pairs"): WRITE_REGISTRY,
     ("GET", "/v1/pairs"): READ_REGISTRY,
@@ -81,6 +84,9 @@ ROLE_TABLE: dict[tuple[str, str], frozenset[str]] = {
     ("POST", "/v1/measurements"): MEASURE,
     ("GET", "/v1/measurements"): READ_REGISTRY,
     ("GET", "/v1/measurements/{id}"): READ_REGISTRY,
+    ("POST", "/v1/measurements/{id}/verify"): READ_REGISTRY,
+    ("POST", "/v1/worker-keys"): ADMIN_ONLY,
+    ("GET", "/v1/worker-keys"): READ_REGISTRY,
     ("GET", "/v1/jobs"): READ_REGISTRY,
     ("GET", "/v1/jobs/{id}"): READ_REGISTRY,
     ("POST", "/v1/jobs/claim"): WORKERS,
@@ -94,7 +100,7 @@ ROLE_TABLE: dict[tuple[str, str], frozenset[str]] = {
     ("POST", "/v1/drift/check"): GOVERN,
     ("POST", "/v1/watch"): WORKERS,
     # governance: policies, validations, deployments
-    ("POST", "/v1/policies"): GOVERN,
+    ("POST", "/v1/policies"): GOVERN,  # the author_policy duty: the same roles
     ("GET", "/v1/policies"): READ_REGISTRY,
     ("GET", "/v1/policies/{name}"): READ_REGISTRY,
     ("POST", "/v1/pairs/{ref}/validate"): VALIDATE,

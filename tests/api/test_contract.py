@@ -17,14 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
 from api.app import create_app
-from api.backend import local_backend
 from api.client import PairregClient
 from api.route_index import iter_routes
 from registry.contract import generate
+from registry.contract.local import LocalBackend
 from registry.contract.operations import BY_NAME, OPERATIONS
 from registry.errors import PairregError
 from registry.policy import measurement_settings
@@ -175,6 +177,8 @@ def scenario(call: Recorder, models: dict[str, Path]) -> None:
     call("add_artifact", source=str(models["t2"]), name="acme/t", role="target")
     call("add_artifact", source=str(models["heads"]), name="acme/h", role="heads")
     call("add_artifact", source="/nonexistent/dir", name="acme/x", role="target")
+    call("add_artifact", source=str(models["rc"]), name="acme/rc", role="target")
+    call("approve_remote_code", ref="acme/rc@v1", reason="code reviewed")
     call("list_artifacts", role="target")
     call("get_artifact", ref="acme/t@v1")
     call("verify_artifact", ref="acme/t@v1")
@@ -193,7 +197,9 @@ def scenario(call: Recorder, models: dict[str, Path]) -> None:
     call("get_pair", ref=a.pair.pair_digest)
     pa, pb = a.pair.pair_digest, b.pair.pair_digest
 
-    call("put_policy", text='name = "loose"\n[alpha]\nmin_overall = 0.1\n')
+    # The scenario stores its measurements itself (self-reported), so its policy trusts them.
+    call("put_policy", text='name = "loose"\n[alpha]\nmin_overall = 0.1\n'
+         '[trust]\nmeasurements = ["job", "local", "http"]\n')  # fmt: skip
     call("list_policies")
     call("get_policy", name="loose")
     call("create_deployment", name="prod", policy="loose")
@@ -206,6 +212,7 @@ def scenario(call: Recorder, models: dict[str, Path]) -> None:
              settings=settings, runner_version="9.9", result=RESULT)  # fmt: skip
     call("list_measurements", pair=pa)
     call("get_measurement", id=m.id, prompts=False)
+    call("verify_measurement", id=m.id)  # unsigned: reported, not an error
     v = call("validate_pair", ref=pa, policy="loose", runner_version="9.9")
     call("list_validations", pair=pa)
     call("get_validation", id=v.validation.id)
@@ -255,6 +262,9 @@ def scenario(call: Recorder, models: dict[str, Path]) -> None:
     call("deprecate_pair", ref=pb, reason="superseded")
     call("retire_pair", ref=pb, reason="gone")
     call("create_token", name="ci", role="ingest")
+    call("create_token", name="gpu-1", role="worker")
+    call("register_worker_key", token="gpu-1", public_key=WORKER_PUBLIC_KEY)
+    call("list_worker_keys", token="gpu-1")
     call("list_tokens")
     call("whoami")
     call("revoke_token", name="ci")
@@ -274,6 +284,13 @@ def scenario(call: Recorder, models: dict[str, Path]) -> None:
 
 
 HEADS = {"num_attention_heads": 4, "num_key_value_heads": 2}
+# A fixed worker key, so both registries record the same one.
+WORKER_PUBLIC_KEY = (
+    Ed25519PrivateKey.from_private_bytes(bytes(range(32)))
+    .public_key()
+    .public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    .hex()
+)
 
 
 def _st(rows: int) -> bytes:
@@ -290,6 +307,11 @@ def models(tmp_path: Path) -> dict[str, Path]:
         "d_changed": write_fake_model(tmp_path / "models" / "dx", hidden_size=32, weights=_st(17)),
         "heads": write_fake_model(
             tmp_path / "models" / "h", weights=b"h", config_extra=SPECULATORS_EAGLE3
+        ),
+        "rc": write_fake_model(
+            tmp_path / "models" / "rc",
+            weights=_st(8),
+            config_extra={"auto_map": {"AutoModelForCausalLM": "modeling_x.X"}},
         ),
         "archive": tmp_path / "archive",
     }
@@ -319,7 +341,9 @@ def remote(tmp_path: Path) -> Iterator[tuple[Settings, Callable[[], PairregClien
 def test_local_and_remote_agree_on_every_operation(
     tmp_path: Path, models: dict[str, Path], remote: Any
 ) -> None:
-    local = Recorder(local_backend(_home(tmp_path / "local"), actor="token:admin"))
+    # The embedded side acts as a remote caller too (``remote=True``): both then record
+    # their self-reported measurement the same way (``produced_via``), as the contract says.
+    local = Recorder(LocalBackend(_home(tmp_path / "local"), "token:admin", remote=True))
     over_http = Recorder(remote[1]())
     scenario(local, models)
     scenario(over_http, models)

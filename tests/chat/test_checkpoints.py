@@ -76,7 +76,7 @@ def test_non_llama_architecture_takes_the_plain_forward_and_stays_exact(
     _exact(chat_models.gpt2, res["prompts"])
 
 
-def test_model_code_outside_transformers_is_refused_unless_named(tmp_path: Path):
+def test_model_code_outside_transformers_is_refused_unless_approved(tmp_path: Path):
     custom = make_chat_model(tmp_path / "custom", layers=1)
     cfg = json.loads((custom / "config.json").read_text())
     cfg["auto_map"] = {"AutoConfig": "modeling_x.XConfig",
@@ -87,12 +87,15 @@ def test_model_code_outside_transformers_is_refused_unless_named(tmp_path: Path)
     facts = read_model_facts(custom).to_dict()
     assert facts["remote_code"] is True
     assert read_model_facts(make_chat_model(tmp_path / "plain", layers=1)).remote_code is False
-    parts = [("target", "acme/custom", facts)]
-    refused, needed = remote_code_parts(parse_policy('name = "p"'), parts)
+    parts = [("target", "acme/custom", facts, "ab" * 32)]
+    refused, needed = remote_code_parts(parts, approved=set())
     assert needed and "acme/custom ships its own model code" in refused[0]
-    named = parse_policy('name = "p"\n[runner]\ntrust_remote_code = ["acme/custom"]')
-    assert remote_code_parts(named, parts) == ([], True)
+    assert remote_code_parts(parts, approved={"cd" * 32}) == (refused, True)  # other bytes
+    assert remote_code_parts(parts, approved={"ab" * 32}) == ([], True)
+    # A policy can no longer grant it by lineage name.
+    with pytest.raises(Exception, match="approve-remote-code"):
+        parse_policy('name = "p"\n[runner]\ntrust_remote_code = ["acme/custom"]')
     with pytest.raises(Exception, match="trust_remote_code"):
         parse_policy('name = "p"\n[runner]\ntrust_remote_code = "acme/custom"')
-    with pytest.raises(ValueError, match=r"not in transformers .*\[runner\] trust_remote_code"):
+    with pytest.raises(ValueError, match=r"not in transformers .*approve-remote-code"):
         load_causal_lm(custom)
