@@ -20,7 +20,7 @@ from registry.services.pairs import register_pair
 from registry.services.tokens import create_token
 from registry.settings import Settings
 from tests.api.conftest import ApiEnv, run_cli
-from tests.fixtures import write_fake_model
+from tests.fixtures import bypass_append_only, write_fake_model
 
 
 def _populate(settings: Settings, tmp_path: Path) -> None:
@@ -92,6 +92,7 @@ def test_sqlite_payload_tamper_names_the_sequence(sqlite_home: Settings, tmp_pat
     ok = run_cli("audit", "verify")
     assert ok.exit_code == 0 and "chain intact" in ok.output
     with get_engine(sqlite_home.db_url).begin() as conn:
+        bypass_append_only(conn)
         conn.execute(
             text("UPDATE audit_events SET payload = :p WHERE seq = 3"),
             {"p": json.dumps({"lineage": "evil/model", "version": 1})},
@@ -106,6 +107,7 @@ def test_sqlite_payload_tamper_names_the_sequence(sqlite_home: Settings, tmp_pat
 
     # An earlier, subtler edit (the actor) is found first.
     with get_engine(sqlite_home.db_url).begin() as conn:
+        bypass_append_only(conn)
         conn.execute(text("UPDATE audit_events SET actor = 'local:mallory' WHERE seq = 2"))
     assert json.loads(run_cli("audit", "verify", "--json").output)["first_broken_seq"] == 2
 
@@ -130,6 +132,7 @@ def test_checkpoint_catches_a_truncated_or_rewritten_tail(
 
     # Truncation leaves a valid prefix: only the checkpoint notices.
     with get_engine(sqlite_home.db_url).begin() as conn:
+        bypass_append_only(conn)
         conn.execute(text("DELETE FROM audit_events WHERE seq >= :s"), {"s": cp["seq"]})
     plain = run_cli("audit", "verify")
     assert plain.exit_code == 0
@@ -155,6 +158,7 @@ def test_rewritten_history_with_recomputed_hashes_fails_the_checkpoint(
     with session_scope(sqlite_home.db_url) as s:
         from registry.models import AuditEvent
 
+        bypass_append_only(s.connection())
         events = s.query(AuditEvent).order_by(AuditEvent.seq).all()
         events[1].payload = json.dumps({"lineage": "evil/model"})
         prev = audit.GENESIS_HASH

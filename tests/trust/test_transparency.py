@@ -17,6 +17,7 @@ from registry.models import AuditEvent
 from registry.services import transparency as tl
 from registry.settings import Settings
 from registry.witness import ForkDetected, Witness
+from tests.fixtures import bypass_append_only
 
 
 def append(url: str, n: int, start: int = 0) -> None:
@@ -103,9 +104,8 @@ REWRITTEN = {"i": 1, "note": "rewritten", "score": 0.5}
 
 
 def _superuser(conn) -> None:  # type: ignore[no-untyped-def]
-    """Bypass the append-only triggers as a database superuser could."""
-    if conn.dialect.name == "postgresql":
-        conn.execute(text("SET LOCAL session_replication_role = replica"))
+    """Bypass the append-only triggers as a database superuser (or the file's holder) could."""
+    bypass_append_only(conn)
 
 
 def _rewrite_event_3(url: str, *, relink: bool) -> None:

@@ -12,7 +12,7 @@ from sqlalchemy import text
 from registry import audit_tree
 from registry.db import get_engine
 from registry.settings import Settings
-from tests.fixtures import write_fake_model
+from tests.fixtures import bypass_append_only, write_fake_model
 from tests.trust.test_model_signing import make_signer
 
 
@@ -56,6 +56,7 @@ def test_trust_commands(home: Settings, cli, tmp_path: Path) -> None:  # type: i
 
     # Someone rewrites the first event, re-derives the tree and the log's checkpoint record.
     with get_engine(home.db_url).begin() as conn:
+        bypass_append_only(conn)
         conn.execute(text("UPDATE audit_events SET actor = 'local:mallory' WHERE seq = 1"))
         audit_tree.rebuild(conn)
         conn.execute(text("DELETE FROM log_checkpoints"))
