@@ -96,11 +96,19 @@ def verify(
         console.print(
             f"chain intact: {result.count} events, head {result.head_seq} {result.head_hash}"
         )
+    if not json_out:
+        _print_signed(result.signed_ok, result.signed_detail)
     if result.checkpoint_ok is not None and not json_out:
         state = "ok" if result.checkpoint_ok else "FAILED"
         console.print(f"checkpoint {state}: {result.checkpoint_detail}")
     if not result.ok:
         raise typer.Exit(1)
+
+
+def _print_signed(ok: bool | None, detail: str | None) -> None:
+    """The comparison with the checkpoints the log signed (absent when the log itself broke)."""
+    if ok is not None:
+        console.print(f"signed checkpoints {'ok' if ok else 'DIVERGED'}: {detail}", highlight=False)
 
 
 @app.command("checkpoint")
@@ -177,22 +185,28 @@ def tree_verify(
     checkpoint: Path | None = typer.Option(
         None, "--checkpoint", help="A C2SP checkpoint note the log must extend."
     ),
+    witness_key: list[str] = typer.Option(
+        [], "--witness-key", help="A witness's verifier key whose cosignature the note must carry."
+    ),
     json_out: bool = JSON,
 ) -> None:
-    """Recompute the Merkle tree from every event; exit 1 on any difference."""
+    """Recompute the Merkle tree from every event and compare it with every checkpoint the
+    log signed; exit 1 on any difference."""
     note = None
     if checkpoint is not None:
         try:
             note = checkpoint.read_text()
         except OSError as exc:
             raise InvalidInput(f"--checkpoint {checkpoint}: {exc}", field="checkpoint") from exc
-    r = get_backend().verify_audit_tree(checkpoint=note)
+    r = get_backend().verify_audit_tree(checkpoint=note, witness_keys=witness_key or None)
     if json_out:
         print_json(r)
     elif r.first_bad_seq is not None or r.reason:
         console.print(f"TREE BROKEN at sequence {r.first_bad_seq}: {r.reason}")
     else:
         console.print(f"tree intact: {r.tree_size} events, root {r.root_hash}")
+    if not json_out:
+        _print_signed(r.signed_ok, r.signed_detail)
     if r.checkpoint_ok is not None and not json_out:
         console.print(f"checkpoint {'ok' if r.checkpoint_ok else 'FAILED'}: {r.checkpoint_detail}")
     if not r.ok:

@@ -227,6 +227,16 @@ def sign_checkpoint(session: Session, key_path: Path) -> dict[str, Any]:
     }
 
 
+def _raw(pem: str) -> bytes | None:
+    try:
+        key = serialization.load_pem_public_key(pem.encode())
+    except ValueError:
+        return None
+    if not isinstance(key, Ed25519PublicKey):
+        return None
+    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
 def verify_checkpoint_signature(checkpoint: dict[str, Any]) -> None:
     """Raise InvalidInput when the checkpoint's signature does not verify."""
     try:
@@ -247,8 +257,17 @@ def verify_checkpoint_signature(checkpoint: dict[str, Any]) -> None:
         raise InvalidInput("checkpoint signature does not verify", field="checkpoint") from exc
 
 
-def check_extends_checkpoint(session: Session, checkpoint: dict[str, Any]) -> tuple[bool, str]:
-    """Does the current log still contain the checkpointed head, unchanged, and verify?"""
+def check_extends_checkpoint(
+    session: Session, checkpoint: dict[str, Any], *, trusted_public_pem: str | None
+) -> tuple[bool, str]:
+    """Does the current log still contain the checkpointed head, unchanged, and verify?
+
+    The checkpoint must be signed by this log's published key: a key carried inside the
+    checkpoint proves only that someone signed it."""
+    if trusted_public_pem is None:
+        raise InvalidInput("no audit public key here to check the checkpoint with", field="key")
+    if _raw(str(checkpoint.get("public_key", ""))) != _raw(trusted_public_pem):
+        raise InvalidInput("checkpoint is not signed by this log's key", field="checkpoint")
     verify_checkpoint_signature(checkpoint)
     report = verify_chain(session)
     if not report.ok:

@@ -254,6 +254,9 @@ class ChainVerifyResult(BaseModel):
     head_hash: str
     first_broken_seq: int | None = None
     reason: str | None = None
+    signed_size: int | None = None
+    signed_ok: bool | None = None
+    signed_detail: str | None = None
     checkpoint_ok: bool | None = None
     checkpoint_detail: str | None = None
 

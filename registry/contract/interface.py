@@ -225,7 +225,9 @@ class Backend(Protocol):
         """The newest signed checkpoint (or the one at tree_size), as a witness fetches it."""
         ...
 
-    def verify_audit_tree(self, *, checkpoint: str | None = ...) -> TreeVerifyResult:
+    def verify_audit_tree(
+        self, *, checkpoint: str | None = ..., witness_keys: list[str] | None = ...
+    ) -> TreeVerifyResult:
         """Recompute the Merkle tree from the events (and check it extends a checkpoint)."""
         ...
 

@@ -8,11 +8,12 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry import audit
+from registry import audit, audit_tree
 from registry.errors import InvalidInput
 from registry.models import AuditEvent
 from registry.params import Cursor, Limit, Timestamp
 from registry.records import AuditEventRecord, ChainVerifyResult, Checkpoint, Page, from_row
+from registry.services import transparency
 from registry.services.base import operation, page_query
 from registry.settings import get_settings
 
@@ -73,12 +74,36 @@ def verify_audit_chain(
         first_broken_seq=report.first_broken_seq,
         reason=report.reason,
     )
+    if report.ok:
+        # The chain is recomputable by whoever can write the database: what they cannot
+        # recompute is the log's signature over the tree of the same events.
+        tree = audit_tree.verify_tree(session)
+        if not tree.ok:
+            result.signed_ok = False
+            result.signed_detail = (
+                f"the Merkle tree over the same events does not verify at sequence "
+                f"{tree.first_bad_seq}: {tree.reason}"
+            )
+        else:
+            signed = transparency.check_signed_checkpoints(
+                session, tree, transparency.published_verifier()
+            )
+            result.signed_size, result.signed_ok = signed.size, signed.ok
+            result.signed_detail = signed.detail
+        result.ok = bool(result.signed_ok)
     if checkpoint is not None:
-        ok, detail = audit.check_extends_checkpoint(session, checkpoint.model_dump())
+        ok, detail = audit.check_extends_checkpoint(
+            session, checkpoint.model_dump(), trusted_public_pem=_published_pem()
+        )
         result.checkpoint_ok = ok
         result.checkpoint_detail = detail
         result.ok = result.ok and ok
     return result
+
+
+def _published_pem() -> str | None:
+    path = get_settings().public_key_path
+    return path.read_text() if path.exists() else None
 
 
 @operation

@@ -79,6 +79,9 @@ def test_chain_recomputes_from_the_documented_form(api: ApiEnv, tmp_path: Path) 
         "head_hash": head,
         "first_broken_seq": None,
         "reason": None,
+        "signed_size": None,
+        "signed_ok": True,
+        "signed_detail": "no checkpoint signed yet: nothing to compare with",
         "checkpoint_ok": None,
         "checkpoint_detail": None,
     }
@@ -130,12 +133,14 @@ def test_checkpoint_catches_a_truncated_or_rewritten_tail(
     good = run_cli("audit", "verify", "--checkpoint", str(cp_file))
     assert good.exit_code == 0 and "checkpoint ok" in good.output
 
-    # Truncation leaves a valid prefix: only the checkpoint notices.
+    # Truncation leaves a valid chain prefix; the Merkle tree over the same events notices,
+    # and so does the checkpoint.
     with get_engine(sqlite_home.db_url).begin() as conn:
         bypass_append_only(conn)
         conn.execute(text("DELETE FROM audit_events WHERE seq >= :s"), {"s": cp["seq"]})
     plain = run_cli("audit", "verify")
-    assert plain.exit_code == 0
+    assert plain.exit_code == 1 and "chain intact" in plain.output
+    assert "signed checkpoints DIVERGED: the Merkle tree" in " ".join(plain.output.split())
     cut = run_cli("audit", "verify", "--checkpoint", str(cp_file))
     assert cut.exit_code == 1
     assert f"checkpointed sequence {cp['seq']} is missing" in cut.output
@@ -165,7 +170,11 @@ def test_rewritten_history_with_recomputed_hashes_fails_the_checkpoint(
         for e in events:
             e.prev_hash = prev
             e.chain_hash = prev = audit.chain_step(prev, audit.event_body(e))
-    assert run_cli("audit", "verify").exit_code == 0
+    # The chain is fooled, but not the Merkle tree over the same events.
+    plain = run_cli("audit", "verify")
+    assert plain.exit_code == 1 and "chain intact" in plain.output
+    said = " ".join(plain.output.split())
+    assert "tree over the same events does not verify at sequence 2" in said
     result = run_cli("audit", "verify", "--checkpoint", str(cp_file))
     assert result.exit_code == 1 and "differs from the checkpoint" in result.output
 

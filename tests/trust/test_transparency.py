@@ -187,12 +187,23 @@ def test_rewritten_history_is_caught_by_log_witness_and_checkpoint(
     _rewrite_event_3(url, relink=True)
     append(url, 3, start=200)
     with session_scope(url) as s:
-        assert tl.verify_audit_tree(s).ok and audit.verify_chain(s).ok
+        report = tl.verify_audit_tree(s)
+        assert report.reason is None and audit.verify_chain(s).ok
+        # ...except the comparison with the checkpoint the log signed.
+        assert not report.ok and report.signed_ok is False
+        assert "events 1..13 was changed" in (report.signed_detail or "")
         with pytest.raises(Conflict, match="does not extend its checkpoint at size 13"):
             tl.sign_log_checkpoint(s, actor="attacker")
-    # ...and when its record of checkpoints is deleted too, the signed checkpoint and the
-    # witness still catch it.
+    # Deleting the checkpoint rows is not enough: the copy kept outside the database still
+    # refuses...
     _forget_checkpoints(url)
+    with session_scope(url) as s:
+        with pytest.raises(Conflict, match="size 13 \\(kept outside the database\\)"):
+            tl.sign_log_checkpoint(s, actor="attacker")
+    # ...and when that copy is deleted too (someone who can reach the key's directory), the
+    # checkpoint held elsewhere and the witness still catch it.
+    for kept in (home.signing_key_path.parent / "log-checkpoints").iterdir():
+        kept.unlink()
     with session_scope(url) as s:
         c2 = tl.sign_log_checkpoint(s, actor="attacker")
         verdict = tl.verify_audit_tree(s, checkpoint=c1.note)

@@ -60,7 +60,13 @@ def test_trust_commands(home: Settings, cli, tmp_path: Path) -> None:  # type: i
         conn.execute(text("UPDATE audit_events SET actor = 'local:mallory' WHERE seq = 1"))
         audit_tree.rebuild(conn)
         conn.execute(text("DELETE FROM log_checkpoints"))
-    assert cli("audit", "tree-verify").rc == 0  # the tree matches the (rewritten) events
+    # The tree matches the (rewritten) events, but not the checkpoint the log signed, whose
+    # copy outside the database survived the deleted rows.
+    rewritten = cli("audit", "tree-verify")
+    assert rewritten.rc == 1 and "tree intact" in rewritten.out
+    assert "signed checkpoints DIVERGED" in rewritten.out and "kept outside" in rewritten.out
+    for kept in (home.signing_key_path.parent / "log-checkpoints").iterdir():
+        kept.unlink()  # someone who reaches the key's directory too
     bad = cli("audit", "tree-verify", "--checkpoint", str(cp1))
     assert bad.rc == 1 and "checkpoint FAILED" in bad.out
     assert cli("audit", "log-checkpoint").rc == 0
