@@ -15,7 +15,7 @@ from registry.bundle_verify import verify_bundle
 from registry.db import session_scope
 from registry.services import bundles
 from registry.services import requests as svc
-from registry.settings import Settings
+from registry.settings import Settings, get_settings
 from tests.requests.conftest import ACTOR, Served
 
 runner = CliRunner()
@@ -45,8 +45,15 @@ def bundle(home: Settings, served: Served) -> dict:
         return bundles.build_bundle(session, request_id="b-4")
 
 
+def _pinned(bundle: dict, **kw):  # type: ignore[no-untyped-def]
+    """Verify with the log's public key pinned, as an auditor who obtained it out of band."""
+    return verify_bundle(
+        bundle, trusted_public_key=get_settings().public_key_path.read_text(), **kw
+    )
+
+
 def test_bundle_verifies_offline_and_names_everything(bundle: dict, served: Served) -> None:
-    report = verify_bundle(json.loads(json.dumps(bundle)))
+    report = _pinned(json.loads(json.dumps(bundle)))
     assert report.ok, _failed(report)
     names = {c.name for c in report.checks}
     assert {
@@ -70,10 +77,10 @@ def test_bundle_verifies_offline_and_names_everything(bundle: dict, served: Serv
 
 
 def test_weights_rehashed(bundle: dict, served: Served, tmp_path: Path) -> None:
-    ok = verify_bundle(bundle, weights=[str(served.target_dir), f"drafter={served.draft_dir}"])
+    ok = _pinned(bundle, weights=[str(served.target_dir), f"drafter={served.draft_dir}"])
     assert ok.ok, _failed(ok)
     (served.draft_dir / "model.safetensors").write_bytes(b"swapped weights")
-    bad = verify_bundle(bundle, weights=[f"drafter={served.draft_dir}"])
+    bad = _pinned(bundle, weights=[f"drafter={served.draft_dir}"])
     assert not bad.ok
     assert "changed ['model.safetensors']" in _failed(bad)[f"weights {served.draft_dir}"]
 
@@ -119,7 +126,7 @@ def test_weights_rehashed(bundle: dict, served: Served, tmp_path: Path) -> None:
 def test_tampering_fails_with_reason(bundle: dict, mutate, check: str, reason: str) -> None:  # type: ignore[no-untyped-def]
     tampered = copy.deepcopy(bundle)
     mutate(tampered)
-    report = verify_bundle(tampered)
+    report = _pinned(tampered)
     assert not report.ok
     assert reason in _failed(report)[check]
 
@@ -155,7 +162,7 @@ def test_forged_pair_with_consistent_digests_is_caught_by_the_chain(bundle: dict
             )
         }
     )
-    report = verify_bundle(b)
+    report = _pinned(b)
     failed = _failed(report)
     assert "tag in batch" in failed and "pair registered event" in failed
 
@@ -202,3 +209,45 @@ def test_cli_bundle_roundtrip(home: Settings, served: Served, tmp_path: Path) ->
     out.write_text(json.dumps(data))
     bad = runner.invoke(app, ["audit", "verify-bundle", str(out)])
     assert bad.exit_code == 1 and "FAIL tag digest" in bad.output
+
+
+def test_unpinned_bundle_is_never_called_verified(bundle: dict, tmp_path: Path) -> None:
+    """Without a pinned key the verdict is "unpinned"; a bundle forged and re-signed with a
+    key of the forger's own passes every other check, which is why that is not enough."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from registry import audit
+    from registry.bundle_verify import canonical_json
+
+    plain = verify_bundle(json.loads(json.dumps(bundle)))
+    assert not plain.ok and plain.verdict == "unpinned"
+    assert [c.name for c in plain.failures] == ["pinned key"]
+    assert plain.failures[0].detail.startswith("UNPINNED")
+
+    forged = copy.deepcopy(bundle)
+    forged.pop("log", None)
+    mallory = Ed25519PrivateKey.generate()
+    cp = forged["checkpoint"]
+    body = {k: cp[k] for k in ("seq", "chain_hash", "signed_at")}
+    import base64
+
+    cp["signature"] = base64.b64encode(mallory.sign(canonical_json(body))).decode()
+    cp["public_key"] = forged["public_key"] = audit.public_pem(mallory.public_key())
+    assert verify_bundle(forged).verdict == "unpinned"
+    pinned = _pinned(forged)
+    assert pinned.verdict == "failed"
+    assert {c.name: c.detail for c in pinned.failures} == {
+        "trusted key": "signed by a key you do not trust"
+    }
+
+    # CLI: no key → exit 1 saying UNPINNED, never VERIFIED; a trust file pins it.
+    out = tmp_path / "b.json"
+    out.write_text(json.dumps(bundle))
+    said = runner.invoke(app, ["audit", "verify-bundle", str(out)])
+    assert said.exit_code == 1 and "UNPINNED" in said.output and "VERIFIED" not in said.output
+    trust = tmp_path / "trust"
+    trust.write_text("# the registry's audit key\n" + get_settings().public_key_path.read_text())
+    good = runner.invoke(app, ["audit", "verify-bundle", str(out), "--trust-file", str(trust)])
+    assert good.exit_code == 0 and "bundle VERIFIED" in good.output, good.output
+    as_json = runner.invoke(app, ["audit", "verify-bundle", str(out), "--json"])
+    assert json.loads(as_json.output)["verdict"] == "unpinned"
