@@ -400,8 +400,9 @@ def audit_bundle(
     bundle = get_backend().build_bundle(request_id=request_id)
     output.write_text(json.dumps(bundle, indent=1, sort_keys=True) + "\n")
     console.print(
-        f"bundle for {request_id} written to {output}: {len(bundle['chain']['events'])} audit "
-        f"events up to signed checkpoint {bundle['checkpoint']['seq']}"
+        f"bundle for {request_id} written to {output}: {len(bundle['log']['events'])} audit "
+        f"events proven into the log's signed checkpoint of "
+        f"{bundle['log']['checkpoint'].splitlines()[1]} events"
     )
 
 

@@ -9,13 +9,15 @@ alone. What it checks, in order, and the reason it gives on failure:
 2. the pair digest, recomputed from both manifest digests and the config;
 3. the tag digest, recomputed from the tag's fields, and that the tag names that pair;
 4. the tag's Merkle inclusion path up to the batch root (RFC 6962 hashing);
-5. the audit chain segment: contiguous sequence numbers, every ``prev_hash`` link and
-   every ``chain_hash`` recomputed, ending at the checkpoint's head hash;
-6. the checkpoint's Ed25519 signature, and that its key is one you trust: without a pinned
-   key or trust file the verdict is ``unpinned``, never verified (the key inside the bundle
-   proves only that whoever made the file signed it);
-6b. when the bundle has ``log``: the C2SP checkpoint of the audit log's Merkle tree and each
-   cited event's inclusion proof in it (and that the proven event is the chained one);
+5. the C2SP checkpoint of the audit log's Merkle tree (``log``): its Ed25519 signature, and
+   that its key is one you trust: without a pinned key or trust file the verdict is
+   ``unpinned``, never verified (the key inside the bundle proves only that whoever made the
+   file signed it);
+6. each cited event's RFC 6962 inclusion proof into that checkpoint: the event's exact leaf
+   bytes hash, with log2(n) sibling hashes, to the signed root, so a bundle's size does not
+   grow with the log (format ``pairreg.audit-bundle/2``). A version 1 bundle (issued while
+   the hash chain was kept) is checked as it was: its chain segment link by link up to its
+   Ed25519 chain checkpoint, then the same log proofs;
 7. that the events in the segment say what the bundle says: the artifacts were added with
    those manifest digests, the pair registered with that digest, the batch event carries
    that Merkle root, the promotion moved the deployment to that pair;
@@ -49,7 +51,9 @@ from registry.manifest import (
     manifest_digest,
 )
 
-BUNDLE_FORMAT = "pairreg.audit-bundle/1"
+BUNDLE_FORMAT = "pairreg.audit-bundle/2"
+# Bundles issued before the log proofs replaced the chain segment still verify.
+BUNDLE_FORMAT_V1 = "pairreg.audit-bundle/1"
 GENESIS_HASH = "0" * 64
 
 
@@ -388,7 +392,7 @@ def _check_events(
             return None
         ev = by_seq.get(int(seq))
         if ev is None:
-            report.add(name, False, f"event {seq} is not in the verified chain segment")
+            report.add(name, False, f"event {seq} is not among the verified events")
         return ev
 
     for role, art in _pair_artifacts(pair):
@@ -479,16 +483,17 @@ def _check_log(
     bundle: dict[str, Any],
     by_seq: dict[int, dict[str, Any]],
     trusted: set[bytes] | None,
-) -> None:
-    """The cited events prove into the log's signed Merkle-tree checkpoint, and each proven
-    leaf is the event the chain segment holds."""
+) -> dict[int, dict[str, Any]]:
+    """The cited events prove into the log's signed Merkle-tree checkpoint (and, in a
+    version 1 bundle, each proven leaf is the event the chain segment holds). Returns the
+    proven event bodies by sequence number (empty when the checkpoint does not verify)."""
     log = bundle["log"]
     try:
         verifier = signed_note.Verifier.parse(log["verifier_key"])
         cp, _ = signed_note.open_checkpoint(log["checkpoint"], verifier)
     except (signed_note.NoteError, KeyError) as exc:
         report.add("log checkpoint", False, f"checkpoint does not verify: {exc}")
-        return
+        return {}
     report.add("log checkpoint", True, f"{cp.origin} signed size {cp.size}")
     if trusted is not None:
         same = verifier.public in trusted
@@ -498,6 +503,7 @@ def _check_log(
             "signed by a trusted key" if same else "signed by a key you do not trust",
         )
     bad = []
+    proven: dict[int, dict[str, Any]] = {}
     for seq_text, entry in sorted(log["events"].items(), key=lambda kv: int(kv[0])):
         seq = int(seq_text)
         data = entry["leaf_data"]
@@ -509,6 +515,7 @@ def _check_log(
         ):
             bad.append(f"event {seq} does not prove into the checkpoint")
             continue
+        proven[seq] = body
         chained = by_seq.get(seq)
         if chained is not None and any(body.get(k) != chained.get(k) for k in body):
             bad.append(f"event {seq} in the tree differs from the chain segment's")
@@ -517,6 +524,7 @@ def _check_log(
         not bad,
         "; ".join(bad) if bad else f"{len(log['events'])} cited events are in the signed log",
     )
+    return proven
 
 
 def verify_bundle(
@@ -531,9 +539,33 @@ def verify_bundle(
     report is at best ``unpinned``, never ``ok``."""
     report = BundleReport()
     trusted = pin(report, trusted_public_key)
+    if bundle.get("format") == BUNDLE_FORMAT_V1:
+        return _verify_v1(report, bundle, weights, trusted)
     if bundle.get("format") != BUNDLE_FORMAT:
         report.add("format", False, f"not a {BUNDLE_FORMAT} bundle: {bundle.get('format')!r}")
         return report
+    try:
+        _check_artifacts(report, bundle["pair"])
+        _check_pair(report, bundle["pair"])
+        _check_tag(report, bundle)
+        proven = _check_log(report, bundle, {}, trusted)
+        if proven:
+            _check_events(report, bundle, proven)
+        if weights:
+            _check_weights(report, bundle["pair"], weights)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        report.add("structure", False, f"malformed bundle: {type(exc).__name__}: {exc}")
+    return report
+
+
+def _verify_v1(
+    report: BundleReport,
+    bundle: dict[str, Any],
+    weights: list[str] | None,
+    trusted: set[bytes] | None,
+) -> BundleReport:
+    """A version 1 bundle: the audit chain segment and its Ed25519 checkpoint, plus the log
+    proofs when present (bundles issued while the hash chain was kept)."""
     try:
         _check_artifacts(report, bundle["pair"])
         _check_pair(report, bundle["pair"])

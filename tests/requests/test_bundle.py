@@ -62,8 +62,10 @@ def test_bundle_verifies_offline_and_names_everything(bundle: dict, served: Serv
         "pair digest",
         "tag digest",
         "tag in batch",
-        "audit chain",
-        "checkpoint signature",
+        "pinned key",
+        "log checkpoint",
+        "log checkpoint key",
+        "log inclusion",
         "pair registered event",
         "ingest batch event",
         "promotion event",
@@ -71,9 +73,42 @@ def test_bundle_verifies_offline_and_names_everything(bundle: dict, served: Serv
     assert bundle["tag"]["pair_digest"] == served.pair_b
     assert bundle["inclusion"]["size"] == 7 and len(bundle["inclusion"]["path"]) == 3
     assert bundle["deployment_event"]["to_pair_digest"] == served.pair_b
-    # the segment runs from the earliest cited event to the checkpoint, with no gaps
-    seqs = [e["seq"] for e in bundle["chain"]["events"]]
-    assert seqs == list(range(min(bundle["events"].values()), bundle["checkpoint"]["seq"] + 1))
+    # Only the cited events travel, each with its inclusion path up to the checkpoint.
+    assert "chain" not in bundle and "checkpoint" not in bundle
+    assert set(bundle["log"]["events"]) == {str(v) for v in bundle["events"].values()}
+    size = int(bundle["log"]["checkpoint"].splitlines()[1])
+    assert all(len(e["path"]) <= size.bit_length() for e in bundle["log"]["events"].values())
+
+
+def test_bundle_size_is_bounded_by_the_cited_events(bundle: dict, served: Served) -> None:
+    """Format 1 carried every audit event since the artifact's registration (one per ingest
+    batch); now a thousand later events add only a few hashes per cited event."""
+    from registry import audit
+
+    with session_scope(served.url) as session:
+        for i in range(1000):
+            audit.append_event(
+                session,
+                actor="test:filler",
+                action="test.event",
+                entity_type="test",
+                entity_id=i,
+                payload={"i": i, "note": "an unrelated event of about a hundred bytes"},
+            )
+    with session_scope(served.url) as session:
+        later = bundles.build_bundle(session, request_id="b-4")
+    before, after = len(json.dumps(bundle)), len(json.dumps(later))
+    cited = len(later["log"]["events"])
+    assert cited <= 6
+    # A few more sibling hashes per cited event (log2 of the size grew by ~5; 64 hex digits,
+    # quotes and a comma each), nothing per added event: format 1 would have grown by the
+    # thousand events themselves (over 100 kB).
+    old_size = int(bundle["log"]["checkpoint"].splitlines()[1])
+    new_size = int(later["log"]["checkpoint"].splitlines()[1])
+    extra_hashes = new_size.bit_length() - old_size.bit_length() + 1
+    assert after - before <= cited * extra_hashes * 70, (before, after)
+    assert after < 20_000
+    assert _pinned(later).ok
 
 
 def test_weights_rehashed(bundle: dict, served: Served, tmp_path: Path) -> None:
@@ -83,6 +118,13 @@ def test_weights_rehashed(bundle: dict, served: Served, tmp_path: Path) -> None:
     bad = _pinned(bundle, weights=[f"drafter={served.draft_dir}"])
     assert not bad.ok
     assert "changed ['model.safetensors']" in _failed(bad)[f"weights {served.draft_dir}"]
+
+
+def _rename_actor_in_log(b: dict) -> None:
+    entry = b["log"]["events"][str(b["events"]["pair_registered"])]
+    body = json.loads(entry["leaf_data"])
+    body["actor"] = "local:mallory"
+    entry["leaf_data"] = json.dumps(body, sort_keys=True, separators=(",", ":"))
 
 
 @pytest.mark.parametrize(
@@ -109,15 +151,17 @@ def test_weights_rehashed(bundle: dict, served: Served, tmp_path: Path) -> None:
             "target manifest",
             "recomputed",
         ),
+        (_rename_actor_in_log, "log inclusion", "does not prove into the checkpoint"),
         (
-            lambda b: b["chain"]["events"][1]["payload"].__setitem__("x", 1),
-            "audit chain",
-            "chain hash mismatch",
+            lambda b: b["log"]["events"].pop(str(b["events"]["pair_registered"])),
+            "pair registered event",
+            "not among the verified events",
         ),
-        (lambda b: b["chain"]["events"].pop(1), "audit chain", "sequence gap"),
         (
-            lambda b: b["checkpoint"].__setitem__("signed_at", "2020-01-01T00:00:00.000000Z"),
-            "checkpoint signature",
+            lambda b: b["log"].__setitem__(
+                "checkpoint", b["log"]["checkpoint"].replace("\n", "\n\n", 1)
+            ),
+            "log checkpoint",
             "does not verify",
         ),
         (lambda b: b.__setitem__("format", "other"), "format", "not a"),
@@ -131,8 +175,9 @@ def test_tampering_fails_with_reason(bundle: dict, mutate, check: str, reason: s
     assert reason in _failed(report)[check]
 
 
-def test_forged_pair_with_consistent_digests_is_caught_by_the_chain(bundle: dict) -> None:
-    """Rewriting the pair and its digest everywhere still fails: the chain holds the old one."""
+def test_forged_pair_with_consistent_digests_is_caught_by_the_log(bundle: dict) -> None:
+    """Rewriting the pair and its digest everywhere still fails: the signed log holds the
+    old one."""
     from registry.bundle_verify import tag_digest
     from registry.canonical import digest_of
 
@@ -216,28 +261,27 @@ def test_unpinned_bundle_is_never_called_verified(bundle: dict, tmp_path: Path) 
     key of the forger's own passes every other check, which is why that is not enough."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from registry import audit
-    from registry.bundle_verify import canonical_json
+    from registry import signed_note
 
     plain = verify_bundle(json.loads(json.dumps(bundle)))
     assert not plain.ok and plain.verdict == "unpinned"
     assert [c.name for c in plain.failures] == ["pinned key"]
     assert plain.failures[0].detail.startswith("UNPINNED")
 
+    # Mallory re-signs the checkpoint with a key of her own under the same origin.
     forged = copy.deepcopy(bundle)
-    forged.pop("log", None)
     mallory = Ed25519PrivateKey.generate()
-    cp = forged["checkpoint"]
-    body = {k: cp[k] for k in ("seq", "chain_hash", "signed_at")}
-    import base64
-
-    cp["signature"] = base64.b64encode(mallory.sign(canonical_json(body))).decode()
-    cp["public_key"] = forged["public_key"] = audit.public_pem(mallory.public_key())
+    note = signed_note.parse_note(forged["log"]["checkpoint"])
+    origin = note.text.splitlines()[0]
+    forged["log"]["checkpoint"] = signed_note.Note(
+        note.text, [signed_note.sign(note.text, origin, mallory)]
+    ).render()
+    forged["log"]["verifier_key"] = signed_note.Verifier.of(origin, mallory.public_key()).vkey
     assert verify_bundle(forged).verdict == "unpinned"
     pinned = _pinned(forged)
     assert pinned.verdict == "failed"
     assert {c.name: c.detail for c in pinned.failures} == {
-        "trusted key": "signed by a key you do not trust"
+        "log checkpoint key": "signed by a key you do not trust"
     }
 
     # CLI: no key → exit 1 saying UNPINNED, never VERIFIED; a trust file pins it.
@@ -251,3 +295,43 @@ def test_unpinned_bundle_is_never_called_verified(bundle: dict, tmp_path: Path) 
     assert good.exit_code == 0 and "bundle VERIFIED" in good.output, good.output
     as_json = runner.invoke(app, ["audit", "verify-bundle", str(out), "--json"])
     assert json.loads(as_json.output)["verdict"] == "unpinned"
+
+
+def test_version_1_bundles_still_verify(bundle: dict, served: Served) -> None:
+    """A bundle issued in format 1 (chain segment + Ed25519 chain checkpoint + log proofs)
+    keeps verifying offline, and its chain is still checked link by link."""
+    from sqlalchemy import select
+
+    from registry import audit
+    from registry.models import AuditEvent
+
+    with session_scope(served.url) as session:
+        checkpoint = audit.sign_checkpoint(session, get_settings().signing_key_path)
+        start = min(bundle["events"].values())
+        events = session.scalars(
+            select(AuditEvent)
+            .where(AuditEvent.seq >= start, AuditEvent.seq <= checkpoint["seq"])
+            .order_by(AuditEvent.seq)
+        ).all()
+        chain = {
+            "start_seq": start,
+            "prev_hash": events[0].prev_hash,
+            "events": [
+                {**audit.event_body(e), "prev_hash": e.prev_hash, "chain_hash": e.chain_hash}
+                for e in events
+            ],
+        }
+    v1 = {
+        **json.loads(json.dumps(bundle)),
+        "format": "pairreg.audit-bundle/1",
+        "chain": chain,
+        "checkpoint": checkpoint,
+        "public_key": checkpoint["public_key"],
+    }
+    report = _pinned(v1)
+    assert report.ok, _failed(report)
+    assert {"audit chain", "checkpoint signature", "log inclusion"} <= {
+        c.name for c in report.checks
+    }
+    v1["chain"]["events"][1]["payload"]["x"] = 1
+    assert "chain hash mismatch" in _failed(_pinned(v1))["audit chain"]
