@@ -29,8 +29,6 @@ from registry.records import (
     ArtifactAddResult,
     ArtifactRecord,
     AuditEventRecord,
-    ChainVerifyResult,
-    Checkpoint,
     Identity,
     Page,
     PairProposal,
@@ -199,14 +197,6 @@ class Backend(Protocol):
         """List audit events."""
         ...
 
-    def verify_audit_chain(self, *, checkpoint: Checkpoint | None = ...) -> ChainVerifyResult:
-        """Recompute the hash chain (and check it extends a checkpoint)."""
-        ...
-
-    def create_audit_checkpoint(self) -> Checkpoint:
-        """Sign the current head."""
-        ...
-
     def prove_inclusion(self, *, seq: int, tree_size: int | None = ...) -> InclusionProofRecord:
         """Inclusion proof of one audit event in the Merkle tree of the log (RFC 9162)."""
         ...
@@ -225,10 +215,10 @@ class Backend(Protocol):
         """The newest signed checkpoint (or the one at tree_size), as a witness fetches it."""
         ...
 
-    def verify_audit_tree(
+    def verify_audit_log(
         self, *, checkpoint: str | None = ..., witness_keys: list[str] | None = ...
     ) -> TreeVerifyResult:
-        """Recompute the Merkle tree from the events (and check it extends a checkpoint)."""
+        """Verify the log: recompute its tree, compare it with every checkpoint it signed."""
         ...
 
     def get_retention(self, *, kind: RetentionKind = ...) -> RetentionRecord:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -159,10 +160,19 @@ def _keep_outside(session: Session, key_path: str | None, note: str) -> None:
     event.listen(session, "after_commit", lambda _s: _write_note(path, note), once=True)
 
 
+def _size_of(note: str) -> int:
+    lines = note.split("\n")
+    return int(lines[1]) if len(lines) > 1 and lines[1].isdigit() else -1
+
+
 def _write_note(path: Path, note: str) -> None:
+    """Keep ``note`` unless a larger checkpoint is already kept (several servers on one
+    database sign in turn; their commits may reach this point out of order)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
+        if path.exists() and _size_of(path.read_text(encoding="utf-8")) >= _size_of(note):
+            return
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(note)
             fh.flush()
@@ -414,7 +424,7 @@ def get_log_checkpoint(
 
 
 @operation
-def verify_audit_tree(
+def verify_audit_log(
     session: Session,
     *,
     checkpoint: str | None = None,

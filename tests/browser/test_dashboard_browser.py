@@ -296,7 +296,7 @@ def test_a_promoter_deprecates_a_pair_and_sees_a_refusal_on_the_live_one(
 def test_audit_events_filter_by_action(browser: Any, served: Served) -> None:
     sign_in(browser, served, "auditor")
     open_page(browser, "#/audit")
-    assert "intact" in browser.find_element(By.ID, "chain").text
+    assert "intact" in browser.find_element(By.ID, "log").text
     total = int(browser.find_element(By.ID, "events").get_attribute("data-count"))
     browser.find_element(By.CSS_SELECTOR, "#filter input[name=action]").send_keys(
         "deployment.promote"

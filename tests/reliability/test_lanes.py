@@ -18,7 +18,8 @@ from sqlalchemy import text
 
 from api.lanes import Lane, Lanes
 from registry import db
-from registry.audit import _PG_WRITE_LOCK, verify_chain
+from registry.audit import _PG_WRITE_LOCK
+from registry.audit_tree import verify_tree
 from registry.db import get_engine, session_scope
 from registry.settings import Settings
 from tests.serve_process import ApiServer, mint
@@ -123,7 +124,7 @@ def test_reads_answer_while_writes_wait_on_the_write_lock(
     with session_scope(db_url) as s:
         names = s.execute(text("SELECT name FROM api_tokens WHERE name LIKE 'w%'")).scalars()
         assert sorted(names) == [f"w{i:02d}" for i in range(WRITES)]
-        assert verify_chain(s).ok
+        assert verify_tree(s).ok
 
 
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)

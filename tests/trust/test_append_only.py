@@ -58,7 +58,7 @@ def test_audit_tables_refuse_update_and_delete(home: Settings) -> None:
     with session_scope(home.db_url) as s:
         create_token(s, name="c", role="reader", actor="local:alice")
     with session_scope(home.db_url) as s:
-        assert tl.verify_audit_tree(s).ok
+        assert tl.verify_audit_log(s).ok
 
 
 def _mode(path: Path) -> int:

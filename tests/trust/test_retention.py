@@ -162,7 +162,7 @@ def test_archive_verify_purge_and_reconstruct(home: Settings, tmp_path: Path) ->
         payload = json.loads(ev.payload)
         assert payload["manifest_sha256"] == done.manifest_sha256 and payload["purged"]
         # The audit log itself was not touched and still verifies.
-        assert transparency.verify_audit_tree(s).ok
+        assert transparency.verify_audit_log(s).ok
         # Nothing left before the cut: a second archive finds nothing.
         found = retention.get_archived_request(
             s, directory=str(tmp_path / "a2"), request_id="old1-003"
