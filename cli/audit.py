@@ -134,6 +134,11 @@ def verify(
     witness_key: list[str] = typer.Option(
         [], "--witness-key", help="A witness's verifier key whose cosignature the note must carry."
     ),
+    incremental: bool = typer.Option(
+        False,
+        "--incremental",
+        help="Recompute only the events since the checkpoint the last run verified.",
+    ),
     json_out: bool = JSON,
 ) -> None:
     """Recompute the Merkle tree from every event and compare it with every checkpoint the
@@ -144,13 +149,16 @@ def verify(
             note = checkpoint.read_text()
         except OSError as exc:
             raise InvalidInput(f"--checkpoint {checkpoint}: {exc}", field="checkpoint") from exc
-    r = get_backend().verify_audit_log(checkpoint=note, witness_keys=witness_key or None)
+    r = get_backend().verify_audit_log(
+        checkpoint=note, witness_keys=witness_key or None, incremental=incremental
+    )
     if json_out:
         print_json(r)
     elif r.first_bad_seq is not None or r.reason:
         console.print(f"BROKEN at sequence {r.first_bad_seq}: {r.reason}")
     else:
-        console.print(f"log intact: {r.tree_size} events, root {r.root_hash}")
+        since = f" (events after {r.verified_from} recomputed)" if r.verified_from else ""
+        console.print(f"log intact: {r.tree_size} events, root {r.root_hash}{since}")
     if not json_out:
         _print_signed(r.signed_ok, r.signed_detail)
     if r.checkpoint_ok is not None and not json_out:

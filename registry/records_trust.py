@@ -58,6 +58,9 @@ class TreeVerifyResult(BaseModel):
         None, description="False when the log diverges from any checkpoint it signed."
     )
     signed_detail: str | None = None
+    verified_from: int = Field(
+        0, description="Leaves before this size were verified by an earlier run (incremental)."
+    )
     checkpoint_size: int | None = None
     checkpoint_ok: bool | None = None
     checkpoint_detail: str | None = None

@@ -216,7 +216,11 @@ class Backend(Protocol):
         ...
 
     def verify_audit_log(
-        self, *, checkpoint: str | None = ..., witness_keys: list[str] | None = ...
+        self,
+        *,
+        checkpoint: str | None = ...,
+        witness_keys: list[str] | None = ...,
+        incremental: bool = ...,
     ) -> TreeVerifyResult:
         """Verify the log: recompute its tree, compare it with every checkpoint it signed."""
         ...

@@ -429,25 +429,46 @@ def verify_audit_log(
     *,
     checkpoint: str | None = None,
     witness_keys: list[str] | None = None,
+    incremental: bool = False,
 ) -> TreeVerifyResult:
-    """Recompute the whole tree from the events and compare it with every checkpoint the log
-    signed (fails on any divergence, naming where); with a checkpoint note (e.g. one a
+    """Recompute the log's tree from the events and compare it with every checkpoint the
+    log signed (fails on any divergence, naming where); with a checkpoint note (e.g. one a
     witness co-signed), also check its signature with this log's key, each of
-    ``witness_keys``' cosignatures on it, and that the log extends it."""
-    report = audit_tree.verify_tree(session)
+    ``witness_keys``' cosignatures on it, and that the log extends it.
+
+    ``incremental``: recompute only the events after the checkpoint the last successful
+    run verified (kept beside the log's key, signature re-checked), after checking that the
+    stored tree still has that checkpoint's root; every signed checkpoint is compared either
+    way. An edit to an older event's row that leaves the tree alone is found only by a full
+    run (or by that event's inclusion proof failing)."""
+    verifier = published_verifier()
+    marker = _verified_marker(session, verifier) if incremental else None
+    after = marker.size if marker is not None else 0
+    report = audit_tree.verify_tree(session, after=after)
+    if report.ok and marker is not None and audit_tree.root(session, marker.size) != marker.root:
+        report = audit_tree.TreeReport(
+            False,
+            report.size,
+            b"",
+            None,
+            f"the stored tree no longer has the root of the checkpoint verified last "
+            f"(size {marker.size}): run a full verification",
+        )
     result = TreeVerifyResult(
         ok=report.ok,
         tree_size=report.size,
         root_hash=report.root.hex() if report.ok else None,
         first_bad_seq=report.first_bad_seq,
         reason=report.reason,
+        verified_from=after,
     )
-    verifier = published_verifier()
     if report.ok:
         signed = check_signed_checkpoints(session, report, verifier)
         result.signed_size, result.signed_ok = signed.size, signed.ok
         result.signed_detail = signed.detail
         result.ok = signed.ok
+        if signed.ok:
+            _remember_verified(session)
     if checkpoint is None:
         if witness_keys:
             raise InvalidInput("witness keys need a checkpoint note", field="witness_keys")
@@ -488,6 +509,33 @@ def verify_audit_log(
         )
     result.ok = result.ok and bool(result.checkpoint_ok)
     return result
+
+
+def _marker_path(session: Session) -> Path:
+    return _outside_path(session, get_settings().signing_key_path.parent).with_suffix(".verified")
+
+
+def _verified_marker(
+    session: Session, verifier: signed_note.Verifier | None
+) -> signed_note.Checkpoint | None:
+    """The checkpoint the last successful verification reached, if its note still verifies
+    with the log's key (a marker nobody can forge without the key)."""
+    path = _marker_path(session)
+    if verifier is None or not path.exists():
+        return None
+    try:
+        return signed_note.open_checkpoint(path.read_text(encoding="utf-8"), verifier)[0]
+    except (OSError, signed_note.NoteError) as exc:
+        logger.warning("ignoring the verification marker %s: %s", path, exc)
+        return None
+
+
+def _remember_verified(session: Session) -> None:
+    """After a successful run, the newest signed checkpoint is where the next incremental
+    run starts (a signed size, so the marker carries its own proof)."""
+    newest = session.scalar(select(LogCheckpoint).order_by(LogCheckpoint.tree_size.desc()))
+    if newest is not None:
+        _write_note(_marker_path(session), newest.note)
 
 
 def _cosigned(note: signed_note.Note, witness: signed_note.Verifier) -> bool:

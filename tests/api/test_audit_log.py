@@ -83,6 +83,7 @@ def test_log_recomputes_from_the_documented_form(api: ApiEnv, tmp_path: Path) ->
         "signed_size": None,
         "signed_ok": True,
         "signed_detail": "no checkpoint signed yet: nothing to compare with",
+        "verified_from": 0,
         "checkpoint_size": None,
         "checkpoint_ok": None,
         "checkpoint_detail": None,

@@ -138,3 +138,60 @@ def test_witness_cosignatures_are_checked_where_named(home: Settings, tmp_path: 
     assert good.ok and good.checkpoint_ok and "co-signed by 1 witness" in good.checkpoint_detail
     assert not bad.ok and "no valid cosignature from witness w.example/1" in bad.checkpoint_detail
     assert not missing.ok and "w.example/2" in (missing.checkpoint_detail or "")
+
+
+def test_incremental_verification_starts_from_the_last_verified_checkpoint(
+    home: Settings,
+) -> None:
+    """A successful run remembers the newest signed checkpoint; an incremental run then
+    recomputes only later events, yet still catches a rewrite with a recomputed tree (the
+    signed roots) and any edit after the marker. An edit below the marker that leaves the
+    tree alone is what only a full run finds: both are shown."""
+    url = home.db_url
+    _grow(url, [f"t{i}" for i in range(6)])
+    with session_scope(url) as s:
+        signed = tl.sign_log_checkpoint(s, actor="local:auditor")
+        first = tl.verify_audit_log(s, incremental=True)
+    assert first.ok and first.verified_from == 0  # no marker yet: a full run
+    _grow(url, ["later-1", "later-2"])
+    with session_scope(url) as s:
+        again = tl.verify_audit_log(s, incremental=True)
+    assert again.ok and again.verified_from == signed.tree_size
+    assert again.tree_size == signed.tree_size + 2
+    said = run_cli("audit", "verify", "--incremental")
+    flat = " ".join(said.output.split())
+    assert said.exit_code == 0 and f"events after {signed.tree_size} recomputed" in flat
+
+    # An edit after the marker is recomputed and found.
+    with get_engine(url).begin() as conn:
+        bypass_append_only(conn)
+        conn.execute(
+            text("UPDATE audit_events SET actor = 'local:mallory' WHERE seq = :s"),
+            {"s": signed.tree_size + 1},
+        )
+    with session_scope(url) as s:
+        late = tl.verify_audit_log(s, incremental=True)
+    assert not late.ok and late.first_bad_seq == signed.tree_size + 1
+
+    # A rewrite below the marker with the tree recomputed: the signed roots catch it.
+    rewrite_actor(url, signed.tree_size + 1, "local:alice")  # (restores the later event)
+    rewrite_actor(url, 2, "local:mallory")
+    with session_scope(url) as s:
+        rewritten = tl.verify_audit_log(s, incremental=True)
+    assert not rewritten.ok
+    assert "root of the checkpoint verified last" in (rewritten.reason or "")
+
+
+def test_a_row_edit_below_the_marker_needs_a_full_run(home: Settings) -> None:
+    url = home.db_url
+    _grow(url, ["a", "b", "c"])
+    with session_scope(url) as s:
+        tl.sign_log_checkpoint(s, actor="local:auditor")
+        assert tl.verify_audit_log(s).ok
+    with get_engine(url).begin() as conn:
+        bypass_append_only(conn)
+        conn.execute(text("UPDATE audit_events SET actor = 'local:mallory' WHERE seq = 2"))
+    with session_scope(url) as s:
+        assert tl.verify_audit_log(s, incremental=True).ok  # the documented limit
+        full = tl.verify_audit_log(s)
+    assert not full.ok and full.first_bad_seq == 2
