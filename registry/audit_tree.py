@@ -1,7 +1,7 @@
 """The audit log as an RFC 6962 Merkle tree, stored so that proofs stay fast.
 
 Leaf ``i`` is audit event ``seq = i + 1``; its data is the event's canonical JSON body
-(the same bytes the hash chain covers, see :func:`registry.audit.event_body`), so
+(see :func:`registry.audit.event_body`), so
 ``leaf_hash = SHA-256(0x00 || canonical_json(body))``. Every perfect subtree is stored in
 ``audit_tree`` when the event that completes it is appended (inside the same transaction
 and under the same write lock), so a root, an inclusion proof or a consistency proof for

@@ -2,7 +2,7 @@
 
 SQLite is the embedded default, so its connections get WAL, foreign keys and a busy
 timeout, and every transaction starts with ``BEGIN IMMEDIATE``: the registry's writers
-read-then-write (next version number, audit chain head), and a deferred SQLite
+read-then-write (next version number, audit sequence head), and a deferred SQLite
 transaction would fail such an upgrade instead of waiting for the lock.
 """
 

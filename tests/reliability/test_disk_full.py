@@ -3,7 +3,7 @@
 ``PAIRREG_HOME`` (SQLite database, verified-model cache, keys) lives on a small tmpfs the
 test mounts; before each operation a filler file takes every free byte. Each operation must
 fail with one clear line (exit 1, no traceback), store nothing, and leave the SQLite
-database and the audit chain intact; with the space freed, the same command succeeds.
+database and the audit log intact; with the space freed, the same command succeeds.
 
 Mounting needs root (CAP_SYS_ADMIN); elsewhere the test is skipped, and the same outcome is
 covered by ``test_outage_classification``, which feeds the error classifier the exact errors

@@ -75,7 +75,7 @@ def test_reads_answer_while_writes_wait_on_the_write_lock(
     """Hold the registry's write lock from outside, send 48 writes at once to a real
     ``pairreg serve``: they all wait. Reads must still answer at once (before the lanes,
     they waited for a thread until the lock was let go). Then every write completes, once,
-    and the audit chain verifies; with the writes on threads and in worker processes."""
+    and the audit log verifies; with the writes on threads and in worker processes."""
     env = {"PAIRREG_WRITE_CONCURRENCY": "2", "PAIRREG_WRITE_PROCESSES": processes}
     server = ApiServer(db_url, tmp_path / "home", env=env)
     server.start()
