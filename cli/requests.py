@@ -28,6 +28,28 @@ requests_app = typer.Typer(
 )
 
 
+PUBLIC_KEY = typer.Option(
+    None, "--public-key", help="The registry's audit public key you trust (PEM), out of band."
+)
+TRUST_FILE = typer.Option(
+    None,
+    "--trust-file",
+    help="A file of trusted keys (PEM public keys and/or name+keyid+base64 verifier keys).",
+)
+
+
+def read_trusted(public_key: Path | None, trust_file: Path | None) -> str | None:
+    """The pinned key text: the PEM key, the trust file, or both concatenated."""
+    parts = []
+    for path, flag in ((public_key, "public_key"), (trust_file, "trust_file")):
+        if path is not None:
+            try:
+                parts.append(path.read_text())
+            except OSError as exc:
+                raise InvalidInput(f"--{flag.replace('_', '-')} {path}: {exc}", field=flag) from exc
+    return "\n".join(parts) if parts else None
+
+
 # --- export -----------------------------------------------------------------------------
 
 
@@ -251,11 +273,16 @@ def requests_archive(
 def requests_archived(
     directory: Path = typer.Argument(..., help="An archive written by `requests archive`."),
     request_id: str = typer.Argument(..., help="The request to reconstruct."),
+    public_key: Path | None = PUBLIC_KEY,
+    trust_file: Path | None = TRUST_FILE,
     json_out: bool = JSON,
 ) -> None:
-    """Reconstruct an archived request from its archive (verifying the archive first)."""
+    """Reconstruct an archived request from its archive (verifying the archive first,
+    against the key you pin, or else the registry's own log key)."""
     r = get_backend().get_archived_request(
-        directory=str(directory.expanduser()), request_id=request_id
+        directory=str(directory.expanduser()),
+        request_id=request_id,
+        trusted_key=read_trusted(public_key, trust_file),
     )
     if json_out:
         print_json(r)
@@ -404,28 +431,6 @@ def audit_bundle(
         f"events proven into the log's signed checkpoint of "
         f"{bundle['log']['checkpoint'].splitlines()[1]} events"
     )
-
-
-PUBLIC_KEY = typer.Option(
-    None, "--public-key", help="The registry's audit public key you trust (PEM), out of band."
-)
-TRUST_FILE = typer.Option(
-    None,
-    "--trust-file",
-    help="A file of trusted keys (PEM public keys and/or name+keyid+base64 verifier keys).",
-)
-
-
-def read_trusted(public_key: Path | None, trust_file: Path | None) -> str | None:
-    """The pinned key text: the PEM key, the trust file, or both concatenated."""
-    parts = []
-    for path, flag in ((public_key, "public_key"), (trust_file, "trust_file")):
-        if path is not None:
-            try:
-                parts.append(path.read_text())
-            except OSError as exc:
-                raise InvalidInput(f"--{flag.replace('_', '-')} {path}: {exc}", field=flag) from exc
-    return "\n".join(parts) if parts else None
 
 
 def _load_bundle(file: Path) -> dict[str, Any]:

@@ -176,7 +176,24 @@ def test_archive_verify_purge_and_reconstruct(home: Settings, tmp_path: Path) ->
         original.spec,
     )
     assert found["tag_digest"] == original.tag_digest
-    assert found["pair"]["pair_digest"] == reg.pair_a
+    assert found["pair"]["pair_digest"] == reg.pair_a and found["verdict"] == "verified"
+    # From the CLI: pinned to the registry's key by default, or to the key you give; a key
+    # that did not sign the archive's checkpoint fails it.
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from registry.audit import public_pem
+    from tests.api.conftest import run_cli
+
+    archive = str(tmp_path / "a2")
+    assert run_cli("requests", "archived", archive, "old1-003").exit_code == 0
+    pinned = run_cli(
+        "requests", "archived", archive, "old1-003", "--public-key", str(home.public_key_path)
+    )
+    assert pinned.exit_code == 0 and "verified" in pinned.output
+    other = tmp_path / "other.pub"
+    other.write_text(public_pem(Ed25519PrivateKey.generate().public_key()))
+    wrong = run_cli("requests", "archived", archive, "old1-003", "--trust-file", str(other))
+    assert wrong.exit_code == 1 and "a key you do not trust" in " ".join(wrong.output.split())
     inc = found["inclusion"]
     assert merkle_verify(found["tag_digest"], inc["index"], inc["size"], inc["path"], inc["root"])
     body = json.loads(found["event"]["leaf_data"])
