@@ -262,11 +262,11 @@ def _compare(
                 f"{report.size}: events were removed",
             )
         if audit_tree.root(session, size) != root:
-            span = f"event {good + 1}" if size == good + 1 else f"events {good + 1}..{size}"
+            span = f"event {size}" if size == good + 1 else f"one of events {good + 1}..{size}"
             return SignedCheck(
                 False,
                 size,
-                f"the log diverges from its signed checkpoint at size {size} ({where}): one of "
+                f"the log diverges from its signed checkpoint at size {size} ({where}): "
                 f"{span} was changed after it was signed (the log up to {good} matches)",
             )
         good = size
