@@ -3,13 +3,13 @@
 The routes' service calls are synchronous (SQLAlchemy sessions), so each runs on a worker
 thread. Left to Starlette's one shared pool (anyio's default limiter, 40 threads), a burst
 of writes takes every thread: writers serialise on the registry's write lock (the audit
-chain is linear), so all but one sit in a thread *and* a pooled database connection
+sequence is gapless), so all but one sit in a thread *and* a pooled database connection
 waiting for that lock, and a look-up that needs a thread and a connection for a few
 milliseconds waits behind them (under the load benchmark: 28 of 40 threads on the lock, 7
 more waiting for the connection pool, p99 look-up 0.4-0.8 s).
 
 Here an operation runs in the lane of its kind: ``GET`` operations in the read lane, every
-other method in the write lane (its GET alias too, e.g. a full chain verification).
+other method in the write lane (its GET alias too, e.g. a full audit log verification).
 Each lane is a capacity limiter of its own size; a call waiting for a place waits in the
 event loop, holding neither a thread nor a connection. Writes beyond
 ``PAIRREG_WRITE_CONCURRENCY`` queue there (in arrival order) rather than each holding a

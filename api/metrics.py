@@ -144,7 +144,7 @@ def families(snap: Snapshot, now: datetime) -> Iterator[Metric]:
     )
     yield CounterMetricFamily(
         f"{PREFIX}_audit_events",
-        "Events in the hash-chained audit log (the chain's length).",
+        "Events in the audit log (the Merkle tree's size).",
         value=float(snap.audit_events),
     )
     if snap.last_checkpoint_at is not None:

@@ -3,7 +3,7 @@
     .venv/bin/python bench/tlog_bench.py --events 1000000            # SQLite
     .venv/bin/python bench/tlog_bench.py --events 1000000 --postgres  # PostgreSQL
 
-1. Migrates a scratch database, writes ``--events`` hash-chained audit events in bulk, then
+1. Migrates a scratch database, writes ``--events`` audit events in bulk, then
    builds the stored tree the way the migration backfills it (``audit_tree.rebuild``).
 2. Times, through the service layer, ``--proofs`` inclusion proofs (random event, random
    tree size) and as many consistency proofs (random old and new sizes), each verified;
@@ -45,9 +45,8 @@ from registry.settings import reset_settings  # noqa: E402
 
 
 def write_events(url: str, n: int, chunk: int = 20_000) -> None:
-    """Bulk-insert a valid chain (what a registry accumulates over months of ingest)."""
+    """Bulk-insert events (what a registry accumulates over months of ingest)."""
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
-    prev = audit.GENESIS_HASH
     rows = []
     engine = get_engine(url)
     for seq in range(1, n + 1):
@@ -62,7 +61,6 @@ def write_events(url: str, n: int, chunk: int = 20_000) -> None:
             "entity_id": str(seq),
             "payload": payload,
         }
-        h = audit.chain_step(prev, body)
         rows.append(
             {
                 "seq": seq,
@@ -72,11 +70,8 @@ def write_events(url: str, n: int, chunk: int = 20_000) -> None:
                 "entity_type": body["entity_type"],
                 "entity_id": body["entity_id"],
                 "payload": canonical_json(payload).decode(),
-                "prev_hash": prev,
-                "chain_hash": h,
             }
         )
-        prev = h
         if len(rows) >= chunk:
             with engine.begin() as conn:
                 conn.execute(insert(AuditEvent.__table__), rows)

@@ -1,15 +1,14 @@
-"""``pairreg audit …``: the audit log's events, chain verification and signed checkpoints."""
+"""``pairreg audit …``: the audit log's events, proofs, verification and signed checkpoints."""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from pathlib import Path
 
 import typer
 
 from cli.backend import get_backend
-from cli.render import console, print_json, short, table
+from cli.render import console, print_json, table
 from registry.errors import InvalidInput
 
 app = typer.Typer(no_args_is_help=True)
@@ -56,7 +55,7 @@ def events(
         return
     table(
         "audit events",
-        ["seq", "time", "actor", "action", "entity", "chain"],
+        ["seq", "time", "actor", "action", "entity"],
         [
             (
                 e.seq,
@@ -64,57 +63,12 @@ def events(
                 e.actor,
                 e.action,
                 f"{e.entity_type}:{e.entity_id}",
-                short(e.chain_hash),
             )
             for e in page.items
         ],
     )
     if page.next_cursor:
         console.print(f"more: --cursor {page.next_cursor}")
-
-
-@app.command("verify")
-def verify(
-    checkpoint: Path | None = typer.Option(
-        None, "--checkpoint", help="A saved checkpoint the log must still extend."
-    ),
-    json_out: bool = JSON,
-) -> None:
-    """Recompute the hash chain; exit 1 naming the first broken sequence number."""
-    cp = None
-    if checkpoint is not None:
-        try:
-            cp = json.loads(checkpoint.read_text())
-        except (OSError, ValueError) as exc:
-            raise InvalidInput(f"--checkpoint {checkpoint}: {exc}", field="checkpoint") from exc
-    result = get_backend().verify_audit_chain(checkpoint=cp)
-    if json_out:
-        print_json(result)
-    elif result.first_broken_seq is not None:
-        console.print(f"BROKEN at sequence {result.first_broken_seq}: {result.reason}")
-    else:
-        console.print(
-            f"chain intact: {result.count} events, head {result.head_seq} {result.head_hash}"
-        )
-    if result.checkpoint_ok is not None and not json_out:
-        state = "ok" if result.checkpoint_ok else "FAILED"
-        console.print(f"checkpoint {state}: {result.checkpoint_detail}")
-    if not result.ok:
-        raise typer.Exit(1)
-
-
-@app.command("checkpoint")
-def checkpoint(
-    output: Path | None = typer.Option(None, "-o", "--output", help="Write the checkpoint here."),
-) -> None:
-    """Sign the current head (sequence, chain hash, time) with the Ed25519 audit key."""
-    cp = get_backend().create_audit_checkpoint()
-    text = json.dumps(cp.model_dump(mode="json"), indent=2, sort_keys=True)
-    if output:
-        output.write_text(text + "\n")
-        console.print(f"checkpoint at sequence {cp.seq} written to {output}")
-    else:
-        print(text)
 
 
 # --- the transparency log (docs/transparency.md) ------------------------------------------
@@ -155,8 +109,8 @@ def consistency(
     )
 
 
-@app.command("log-checkpoint")
-def log_checkpoint(
+@app.command("checkpoint")
+def checkpoint(
     output: Path | None = typer.Option(None, "-o", "--output", help="Write the note here."),
     json_out: bool = JSON,
 ) -> None:
@@ -172,31 +126,51 @@ def log_checkpoint(
         print(cp.note, end="")
 
 
-@app.command("tree-verify")
-def tree_verify(
+@app.command("verify")
+def verify(
     checkpoint: Path | None = typer.Option(
         None, "--checkpoint", help="A C2SP checkpoint note the log must extend."
     ),
+    witness_key: list[str] = typer.Option(
+        [], "--witness-key", help="A witness's verifier key whose cosignature the note must carry."
+    ),
+    incremental: bool = typer.Option(
+        False,
+        "--incremental",
+        help="Recompute only the events since the checkpoint the last run verified.",
+    ),
     json_out: bool = JSON,
 ) -> None:
-    """Recompute the Merkle tree from every event; exit 1 on any difference."""
+    """Recompute the Merkle tree from every event and compare it with every checkpoint the
+    log signed; exit 1 on any difference."""
     note = None
     if checkpoint is not None:
         try:
             note = checkpoint.read_text()
         except OSError as exc:
             raise InvalidInput(f"--checkpoint {checkpoint}: {exc}", field="checkpoint") from exc
-    r = get_backend().verify_audit_tree(checkpoint=note)
+    r = get_backend().verify_audit_log(
+        checkpoint=note, witness_keys=witness_key or None, incremental=incremental
+    )
     if json_out:
         print_json(r)
     elif r.first_bad_seq is not None or r.reason:
-        console.print(f"TREE BROKEN at sequence {r.first_bad_seq}: {r.reason}")
+        console.print(f"BROKEN at sequence {r.first_bad_seq}: {r.reason}")
     else:
-        console.print(f"tree intact: {r.tree_size} events, root {r.root_hash}")
+        since = f" (events after {r.verified_from} recomputed)" if r.verified_from else ""
+        console.print(f"log intact: {r.tree_size} events, root {r.root_hash}{since}")
+    if not json_out:
+        _print_signed(r.signed_ok, r.signed_detail)
     if r.checkpoint_ok is not None and not json_out:
         console.print(f"checkpoint {'ok' if r.checkpoint_ok else 'FAILED'}: {r.checkpoint_detail}")
     if not r.ok:
         raise typer.Exit(1)
+
+
+def _print_signed(ok: bool | None, detail: str | None) -> None:
+    """The comparison with the checkpoints the log signed (absent when the log itself broke)."""
+    if ok is not None:
+        console.print(f"signed checkpoints {'ok' if ok else 'DIVERGED'}: {detail}", highlight=False)
 
 
 @app.command("witness")

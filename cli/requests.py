@@ -28,6 +28,28 @@ requests_app = typer.Typer(
 )
 
 
+PUBLIC_KEY = typer.Option(
+    None, "--public-key", help="The registry's audit public key you trust (PEM), out of band."
+)
+TRUST_FILE = typer.Option(
+    None,
+    "--trust-file",
+    help="A file of trusted keys (PEM public keys and/or name+keyid+base64 verifier keys).",
+)
+
+
+def read_trusted(public_key: Path | None, trust_file: Path | None) -> str | None:
+    """The pinned key text: the PEM key, the trust file, or both concatenated."""
+    parts = []
+    for path, flag in ((public_key, "public_key"), (trust_file, "trust_file")):
+        if path is not None:
+            try:
+                parts.append(path.read_text())
+            except OSError as exc:
+                raise InvalidInput(f"--{flag.replace('_', '-')} {path}: {exc}", field=flag) from exc
+    return "\n".join(parts) if parts else None
+
+
 # --- export -----------------------------------------------------------------------------
 
 
@@ -251,11 +273,16 @@ def requests_archive(
 def requests_archived(
     directory: Path = typer.Argument(..., help="An archive written by `requests archive`."),
     request_id: str = typer.Argument(..., help="The request to reconstruct."),
+    public_key: Path | None = PUBLIC_KEY,
+    trust_file: Path | None = TRUST_FILE,
     json_out: bool = JSON,
 ) -> None:
-    """Reconstruct an archived request from its archive (verifying the archive first)."""
+    """Reconstruct an archived request from its archive (verifying the archive first,
+    against the key you pin, or else the registry's own log key)."""
     r = get_backend().get_archived_request(
-        directory=str(directory.expanduser()), request_id=request_id
+        directory=str(directory.expanduser()),
+        request_id=request_id,
+        trusted_key=read_trusted(public_key, trust_file),
     )
     if json_out:
         print_json(r)
@@ -267,7 +294,12 @@ def requests_archived(
                 ("tag digest", r["tag_digest"]),
                 ("batch", f"{r['batch']['batch_id']} (audit event {r['batch']['audit_seq']})"),
                 ("pair", (r.get("pair") or {}).get("pair_digest")),
-                ("archive", "verified" if r["ok"] else "FAILED"),
+                (
+                    "archive",
+                    {"verified": "verified", "unpinned": "UNPINNED: not verified"}.get(
+                        r.get("verdict", ""), "FAILED"
+                    ),
+                ),
             ],
         )
         for c in r["checks"]:
@@ -395,8 +427,9 @@ def audit_bundle(
     bundle = get_backend().build_bundle(request_id=request_id)
     output.write_text(json.dumps(bundle, indent=1, sort_keys=True) + "\n")
     console.print(
-        f"bundle for {request_id} written to {output}: {len(bundle['chain']['events'])} audit "
-        f"events up to signed checkpoint {bundle['checkpoint']['seq']}"
+        f"bundle for {request_id} written to {output}: {len(bundle['log']['events'])} audit "
+        f"events proven into the log's signed checkpoint of "
+        f"{bundle['log']['checkpoint'].splitlines()[1]} events"
     )
 
 
@@ -413,20 +446,15 @@ def audit_verify_bundle(
     weights: list[str] = typer.Option(
         [], "--weights", help="A weights directory to re-hash ([target=|drafter=]DIR)."
     ),
-    public_key: Path | None = typer.Option(
-        None, "--public-key", help="The registry's audit public key you trust (PEM)."
-    ),
+    public_key: Path | None = PUBLIC_KEY,
+    trust_file: Path | None = TRUST_FILE,
     json_out: bool = JSON,
 ) -> None:
-    """Verify a bundle offline (no database, no server); exit 1 with the reason if it fails."""
+    """Verify a bundle offline (no database, no server) against a key you pinned; exit 1
+    with the reason if it fails, or saying UNPINNED when no key was pinned."""
     from registry.bundle_verify import verify_bundle
 
-    trusted = None
-    if public_key is not None:
-        try:
-            trusted = public_key.read_text()
-        except OSError as exc:
-            raise InvalidInput(f"--public-key {public_key}: {exc}", field="public_key") from exc
+    trusted = read_trusted(public_key, trust_file)
     report = verify_bundle(_load_bundle(file), weights=weights, trusted_public_key=trusted)
     if json_out:
         print_json(report.to_dict())
@@ -434,7 +462,14 @@ def audit_verify_bundle(
         for check in report.checks:
             mark = "[green]ok[/]  " if check.ok else "[red]FAIL[/]"
             console.print(f"{mark} {check.name}: {check.detail}", highlight=False)
-        console.print("bundle VERIFIED" if report.ok else "[red]bundle FAILED verification[/]")
+        console.print(
+            {
+                "verified": "bundle VERIFIED",
+                "unpinned": "[yellow]bundle UNPINNED: not verified[/] (every other check "
+                "passed; pin the log's key with --public-key or --trust-file)",
+                "failed": "[red]bundle FAILED verification[/]",
+            }[report.verdict]
+        )
     if not report.ok:
         raise typer.Exit(1)
 

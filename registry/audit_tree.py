@@ -1,7 +1,7 @@
 """The audit log as an RFC 6962 Merkle tree, stored so that proofs stay fast.
 
 Leaf ``i`` is audit event ``seq = i + 1``; its data is the event's canonical JSON body
-(the same bytes the hash chain covers, see :func:`registry.audit.event_body`), so
+(see :func:`registry.audit.event_body`), so
 ``leaf_hash = SHA-256(0x00 || canonical_json(body))``. Every perfect subtree is stored in
 ``audit_tree`` when the event that completes it is appended (inside the same transaction
 and under the same write lock), so a root, an inclusion proof or a consistency proof for
@@ -225,15 +225,21 @@ def stream_level(
         last = int(rows[-1][0])
 
 
-def verify_tree(bind: Bind, *, batch: int = 5000) -> TreeReport:
+def verify_tree(bind: Bind, *, batch: int = 5000, after: int = 0) -> TreeReport:
     """Recompute every leaf from its event, then every stored subtree from the level below.
 
     Level by level, each a streamed primary-key scan, so memory stays flat at any size.
-    """
+    ``after``: check only leaves from that index on and the subtrees that cover them (an
+    incremental run from a size verified before, whose root the caller checks against a
+    signed checkpoint)."""
     size = tree_size(bind)
-    count = 0
-    stored = stream_level(bind, 0, batch)
-    for index, leaf in enumerate(leaves_from_events(bind)):
+    if after > size:
+        return TreeReport(
+            False, size, b"", size + 1, f"{size} leaves stored, {after} verified before"
+        )
+    count = after
+    stored = stream_level(bind, 0, batch, start=after)
+    for index, leaf in enumerate(leaves_from_events(bind, after_seq=after), start=after):
         got = next(stored, None)
         if got is None:
             return TreeReport(False, size, b"", index + 1, f"event {index + 1} has no leaf")
@@ -246,9 +252,10 @@ def verify_tree(bind: Bind, *, batch: int = 5000) -> TreeReport:
         return TreeReport(False, size, b"", count + 1, f"{size} leaves stored, {count} events")
     level, width = 1, size // 2
     while width:
-        below = stream_level(bind, level - 1, batch)
-        here = stream_level(bind, level, batch)
-        for i in range(width):
+        first = after >> level
+        below = stream_level(bind, level - 1, batch, start=2 * first)
+        here = stream_level(bind, level, batch, start=first)
+        for i in range(first, width):
             left, right, got = next(below), next(below), next(here, None)
             want = merkle.node_hash(left[1], right[1])
             if got != (i, want):

@@ -9,11 +9,15 @@ alone. What it checks, in order, and the reason it gives on failure:
 2. the pair digest, recomputed from both manifest digests and the config;
 3. the tag digest, recomputed from the tag's fields, and that the tag names that pair;
 4. the tag's Merkle inclusion path up to the batch root (RFC 6962 hashing);
-5. the audit chain segment: contiguous sequence numbers, every ``prev_hash`` link and
-   every ``chain_hash`` recomputed, ending at the checkpoint's head hash;
-6. the checkpoint's Ed25519 signature (and, if given, that its key is the one you trust);
-6b. when the bundle has ``log``: the C2SP checkpoint of the audit log's Merkle tree and each
-   cited event's inclusion proof in it (and that the proven event is the chained one);
+5. the C2SP checkpoint of the audit log's Merkle tree (``log``): its Ed25519 signature, and
+   that its key is one you trust: without a pinned key or trust file the verdict is
+   ``unpinned``, never verified (the key inside the bundle proves only that whoever made the
+   file signed it);
+6. each cited event's RFC 6962 inclusion proof into that checkpoint: the event's exact leaf
+   bytes hash, with log2(n) sibling hashes, to the signed root, so a bundle's size does not
+   grow with the log (format ``pairreg.audit-bundle/2``). A version 1 bundle (issued while
+   the hash chain was kept) is checked as it was: its chain segment link by link up to its
+   Ed25519 chain checkpoint, then the same log proofs;
 7. that the events in the segment say what the bundle says: the artifacts were added with
    those manifest digests, the pair registered with that digest, the batch event carries
    that Merkle root, the promotion moved the deployment to that pair;
@@ -47,7 +51,9 @@ from registry.manifest import (
     manifest_digest,
 )
 
-BUNDLE_FORMAT = "pairreg.audit-bundle/1"
+BUNDLE_FORMAT = "pairreg.audit-bundle/2"
+# Bundles issued before the log proofs replaced the chain segment still verify.
+BUNDLE_FORMAT_V1 = "pairreg.audit-bundle/1"
 GENESIS_HASH = "0" * 64
 
 
@@ -160,6 +166,28 @@ def merkle_verify(leaf_digest: str, index: int, size: int, path: list[str], root
 
 # --- the verifier ---------------------------------------------------------------------
 
+PINNED = "pinned key"
+UNPINNED = (
+    "UNPINNED: the signatures were checked only against the key carried inside the file, "
+    "which whoever wrote the file chose; pass the log's public key (--public-key) or a trust "
+    "file (--trust-file) obtained out of band"
+)
+
+
+def pin(report: Any, trusted: str | None) -> set[bytes] | None:
+    """The trusted keys (a PEM key or a trust file's text), recorded as the ``pinned key``
+    check; None (and a failed, plainly ``UNPINNED`` check) when none was given."""
+    if trusted is None:
+        report.add(PINNED, False, UNPINNED)
+        return None
+    try:
+        keys = signed_note.trusted_keys(trusted)
+    except signed_note.NoteError as exc:
+        report.add(PINNED, False, str(exc))
+        return set()
+    report.add(PINNED, True, f"{len(keys)} trusted key(s) given")
+    return keys
+
 
 @dataclass
 class Check:
@@ -184,9 +212,21 @@ class BundleReport:
         self.checks.append(Check(name, ok, detail))
         return ok
 
+    @property
+    def verdict(self) -> str:
+        """``verified``; ``unpinned`` when every check passed but the signing key came only
+        from inside the file (nothing is verified then: whoever forged the file could have
+        signed it with a key of their own); else ``failed``."""
+        if self.ok:
+            return "verified"
+        if all(c.name == PINNED and c.detail.startswith("UNPINNED") for c in self.failures):
+            return "unpinned"
+        return "failed"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
+            "verdict": self.verdict,
             "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in self.checks],
         }
 
@@ -305,7 +345,7 @@ def _check_chain(report: BundleReport, bundle: dict[str, Any]) -> dict[int, dict
 
 
 def _check_signature(
-    report: BundleReport, checkpoint: dict[str, Any], trusted_key_pem: str | None
+    report: BundleReport, checkpoint: dict[str, Any], trusted: set[bytes] | None
 ) -> None:
     try:
         body = {
@@ -329,20 +369,12 @@ def _check_signature(
         report.add("checkpoint signature", False, "signature does not verify")
         return
     report.add("checkpoint signature", True, f"Ed25519 signature over head {body['seq']} verifies")
-    if trusted_key_pem is not None:
-        try:
-            trusted = serialization.load_pem_public_key(trusted_key_pem.encode())
-        except ValueError as exc:
-            report.add("trusted key", False, f"--public-key is not a PEM public key: {exc}")
-            return
-        raw = serialization.Encoding.Raw, serialization.PublicFormat.Raw
-        same = isinstance(trusted, Ed25519PublicKey) and trusted.public_bytes(
-            *raw
-        ) == pub.public_bytes(*raw)
+    if trusted is not None:
+        same = signed_note.raw_public(pub) in trusted
         report.add(
             "trusted key",
             same,
-            "checkpoint signed by the trusted key" if same else "signed by a different key",
+            "checkpoint signed by a trusted key" if same else "signed by a key you do not trust",
         )
 
 
@@ -360,7 +392,7 @@ def _check_events(
             return None
         ev = by_seq.get(int(seq))
         if ev is None:
-            report.add(name, False, f"event {seq} is not in the verified chain segment")
+            report.add(name, False, f"event {seq} is not among the verified events")
         return ev
 
     for role, art in _pair_artifacts(pair):
@@ -450,33 +482,28 @@ def _check_log(
     report: BundleReport,
     bundle: dict[str, Any],
     by_seq: dict[int, dict[str, Any]],
-    trusted_key_pem: str | None,
-) -> None:
-    """The cited events prove into the log's signed Merkle-tree checkpoint, and each proven
-    leaf is the event the chain segment holds."""
+    trusted: set[bytes] | None,
+) -> dict[int, dict[str, Any]]:
+    """The cited events prove into the log's signed Merkle-tree checkpoint (and, in a
+    version 1 bundle, each proven leaf is the event the chain segment holds). Returns the
+    proven event bodies by sequence number (empty when the checkpoint does not verify)."""
     log = bundle["log"]
     try:
         verifier = signed_note.Verifier.parse(log["verifier_key"])
         cp, _ = signed_note.open_checkpoint(log["checkpoint"], verifier)
     except (signed_note.NoteError, KeyError) as exc:
         report.add("log checkpoint", False, f"checkpoint does not verify: {exc}")
-        return
+        return {}
     report.add("log checkpoint", True, f"{cp.origin} signed size {cp.size}")
-    if trusted_key_pem is not None:
-        try:
-            trusted = serialization.load_pem_public_key(trusted_key_pem.encode())
-            same = (
-                isinstance(trusted, Ed25519PublicKey)
-                and signed_note.raw_public(trusted) == verifier.public
-            )
-        except ValueError:
-            same = False
+    if trusted is not None:
+        same = verifier.public in trusted
         report.add(
             "log checkpoint key",
             same,
-            "signed by the trusted key" if same else "signed by a different key",
+            "signed by a trusted key" if same else "signed by a key you do not trust",
         )
     bad = []
+    proven: dict[int, dict[str, Any]] = {}
     for seq_text, entry in sorted(log["events"].items(), key=lambda kv: int(kv[0])):
         seq = int(seq_text)
         data = entry["leaf_data"]
@@ -488,6 +515,7 @@ def _check_log(
         ):
             bad.append(f"event {seq} does not prove into the checkpoint")
             continue
+        proven[seq] = body
         chained = by_seq.get(seq)
         if chained is not None and any(body.get(k) != chained.get(k) for k in body):
             bad.append(f"event {seq} in the tree differs from the chain segment's")
@@ -496,6 +524,7 @@ def _check_log(
         not bad,
         "; ".join(bad) if bad else f"{len(log['events'])} cited events are in the signed log",
     )
+    return proven
 
 
 def verify_bundle(
@@ -504,8 +533,14 @@ def verify_bundle(
     weights: list[str] | None = None,
     trusted_public_key: str | None = None,
 ) -> BundleReport:
-    """Every check above; a malformed bundle is a failed check, never an exception."""
+    """Every check above; a malformed bundle is a failed check, never an exception.
+
+    ``trusted_public_key``: the log's PEM public key or a trust file's text. Without it the
+    report is at best ``unpinned``, never ``ok``."""
     report = BundleReport()
+    trusted = pin(report, trusted_public_key)
+    if bundle.get("format") == BUNDLE_FORMAT_V1:
+        return _verify_v1(report, bundle, weights, trusted)
     if bundle.get("format") != BUNDLE_FORMAT:
         report.add("format", False, f"not a {BUNDLE_FORMAT} bundle: {bundle.get('format')!r}")
         return report
@@ -513,12 +548,34 @@ def verify_bundle(
         _check_artifacts(report, bundle["pair"])
         _check_pair(report, bundle["pair"])
         _check_tag(report, bundle)
+        proven = _check_log(report, bundle, {}, trusted)
+        if proven:
+            _check_events(report, bundle, proven)
+        if weights:
+            _check_weights(report, bundle["pair"], weights)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        report.add("structure", False, f"malformed bundle: {type(exc).__name__}: {exc}")
+    return report
+
+
+def _verify_v1(
+    report: BundleReport,
+    bundle: dict[str, Any],
+    weights: list[str] | None,
+    trusted: set[bytes] | None,
+) -> BundleReport:
+    """A version 1 bundle: the audit chain segment and its Ed25519 checkpoint, plus the log
+    proofs when present (bundles issued while the hash chain was kept)."""
+    try:
+        _check_artifacts(report, bundle["pair"])
+        _check_pair(report, bundle["pair"])
+        _check_tag(report, bundle)
         by_seq = _check_chain(report, bundle)
-        _check_signature(report, bundle["checkpoint"], trusted_public_key)
+        _check_signature(report, bundle["checkpoint"], trusted)
         if by_seq:
             _check_events(report, bundle, by_seq)
         if "log" in bundle:
-            _check_log(report, bundle, by_seq, trusted_public_key)
+            _check_log(report, bundle, by_seq, trusted)
         if weights:
             _check_weights(report, bundle["pair"], weights)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:

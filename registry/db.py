@@ -2,7 +2,7 @@
 
 SQLite is the embedded default, so its connections get WAL, foreign keys and a busy
 timeout, and every transaction starts with ``BEGIN IMMEDIATE``: the registry's writers
-read-then-write (next version number, audit chain head), and a deferred SQLite
+read-then-write (next version number, audit sequence head), and a deferred SQLite
 transaction would fail such an upgrade instead of waiting for the lock.
 """
 
@@ -76,6 +76,28 @@ def sqlite_file(url: str) -> Path | None:
     return Path(path) if path and path != ":memory:" else None
 
 
+PRIVATE_FILE_MODE = 0o600
+
+
+def make_private(path: Path) -> None:
+    """Create the SQLite database file owner-only (0600) before SQLite opens it, and tighten
+    an existing one and its ``-wal`` / ``-shm`` companions.
+
+    The database holds token hashes, the audit log and every record; SQLite would create it
+    0644 (the umask's default), readable by every local account. SQLite creates the WAL and
+    shared-memory files with the database file's own mode, so a private database file gives
+    private companions; those already present are tightened too (a database made before)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        path.touch(mode=PRIVATE_FILE_MODE)
+    for each in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            if each.exists() and each.stat().st_mode & 0o077:
+                each.chmod(PRIVATE_FILE_MODE)
+        except OSError as exc:  # not ours to change: say so, do not refuse to serve
+            logger.warning("could not make %s private (mode 0600): %s", each, exc)
+
+
 def get_engine(url: str) -> Engine:
     """One engine per URL for the life of the process."""
     if url in _ENGINES:
@@ -83,7 +105,7 @@ def get_engine(url: str) -> Engine:
     if is_sqlite(url):
         path = sqlite_file(url)
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_private(path)
         engine = create_engine(url, connect_args={"timeout": 30})
         _install_sqlite_pragmas(engine)
     else:

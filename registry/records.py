@@ -224,38 +224,6 @@ class AuditEventRecord(BaseModel):
     entity_type: str
     entity_id: str
     payload: dict[str, Any]
-    prev_hash: str
-    chain_hash: str
-
-
-class Checkpoint(BaseModel):
-    """A signed head: ``{seq, chain_hash, signed_at}`` signed with Ed25519."""
-
-    model_config = ConfigDict(extra="allow")
-
-    seq: int = Field(ge=0)
-    chain_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
-    signed_at: str = Field(
-        pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$",
-        examples=["2025-01-31T12:00:00.000000Z"],
-    )
-    signature: str = Field(pattern=r"^[A-Za-z0-9+/]{86}==$", description="Base64 Ed25519.")
-    public_key: str = Field(
-        pattern=r"^-----BEGIN PUBLIC KEY-----\n[A-Za-z0-9+/=\n]+-----END PUBLIC KEY-----\n?$",
-        description="PEM SubjectPublicKeyInfo of the signing key.",
-    )
-    algorithm: Literal["ed25519"] = "ed25519"
-
-
-class ChainVerifyResult(BaseModel):
-    ok: bool
-    count: int
-    head_seq: int
-    head_hash: str
-    first_broken_seq: int | None = None
-    reason: str | None = None
-    checkpoint_ok: bool | None = None
-    checkpoint_detail: str | None = None
 
 
 class TokenRecord(BaseModel):

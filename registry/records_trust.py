@@ -51,6 +51,16 @@ class TreeVerifyResult(BaseModel):
     root_hash: str | None = None
     first_bad_seq: int | None = None
     reason: str | None = None
+    signed_size: int | None = Field(
+        None, description="The newest checkpoint the log signed that the log was checked against."
+    )
+    signed_ok: bool | None = Field(
+        None, description="False when the log diverges from any checkpoint it signed."
+    )
+    signed_detail: str | None = None
+    verified_from: int = Field(
+        0, description="Leaves before this size were verified by an earlier run (incremental)."
+    )
     checkpoint_size: int | None = None
     checkpoint_ok: bool | None = None
     checkpoint_detail: str | None = None

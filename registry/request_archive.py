@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from registry import merkle, signed_note
-from registry.bundle_verify import merkle_path, merkle_root, tag_digest
+from registry.bundle_verify import PINNED, merkle_path, merkle_root, pin, tag_digest
 
 FORMAT = "pairreg.request-archive/1"
 REQUESTS = "requests.jsonl.gz"
@@ -84,6 +84,16 @@ class ArchiveReport:
     def failures(self) -> list[str]:
         return [f"{c['name']}: {c['detail']}" for c in self.checks if not c["ok"]]
 
+    @property
+    def verdict(self) -> str:
+        """``verified``, ``unpinned`` (all else passed, no trusted key given) or ``failed``."""
+        if self.ok:
+            return "verified"
+        bad = [c for c in self.checks if not c["ok"]]
+        if all(c["name"] == PINNED and c["detail"].startswith("UNPINNED") for c in bad):
+            return "unpinned"
+        return "failed"
+
 
 def _check_event(batch: dict[str, Any], cp: signed_note.Checkpoint | None) -> tuple[bool, str]:
     ev = batch.get("event") or {}
@@ -113,7 +123,11 @@ def _check_event(batch: dict[str, Any], cp: signed_note.Checkpoint | None) -> tu
 
 
 def verify_archive(directory: Path, *, trusted_log_key: str | None = None) -> ArchiveReport:
-    """Every fact the manifest states, re-derived from the files (see the module doc)."""
+    """Every fact the manifest states, re-derived from the files (see the module doc).
+
+    ``trusted_log_key``: the log's verifier key, PEM key or a trust file's text, obtained
+    out of band. Without it the archive is at best ``unpinned`` (the manifest names its own
+    key), never ``ok``."""
     report = ArchiveReport()
     try:
         manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
@@ -130,9 +144,11 @@ def verify_archive(directory: Path, *, trusted_log_key: str | None = None) -> Ar
     if not report.ok:
         return report
     cp = None
-    vkey = trusted_log_key or manifest.get("verifier_key", "")
+    trusted = pin(report, trusted_log_key)
     try:
-        log = signed_note.Verifier.parse(vkey)
+        log = signed_note.Verifier.parse(manifest.get("verifier_key", ""))
+        if trusted is not None and log.public not in trusted:
+            raise signed_note.NoteError(f"signed by {log.name}, a key you do not trust")
         cp, _ = signed_note.open_checkpoint((directory / CHECKPOINT).read_text(), log)
         same = (
             cp.size == manifest["checkpoint"]["tree_size"]
@@ -229,4 +245,5 @@ def find_request(
         "event": batch["event"],
         "checks": report.checks,
         "ok": report.ok,
+        "verdict": report.verdict,
     }

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import re
 import struct
 from dataclasses import dataclass, field
 
@@ -91,6 +92,34 @@ class Verifier:
         if out.key_id != claimed:
             raise NoteError(f"verifier key {vkey!r}: key ID does not match the key")
         return out
+
+
+_PEM_BLOCK = re.compile(r"-----BEGIN PUBLIC KEY-----.+?-----END PUBLIC KEY-----", re.DOTALL)
+
+
+def trusted_keys(text: str) -> set[bytes]:
+    """The raw Ed25519 public keys a pinned key or trust file names.
+
+    A trust file is text holding any number of PEM public keys and of verifier keys
+    (``name+keyid+base64``, one a line); blank lines and ``#`` comments are ignored; a
+    single PEM key (``--public-key``) is the one-key case. Anything else is refused: a trust
+    file that silently trusted nothing would read as "unpinned" for the wrong reason."""
+    keys: set[bytes] = set()
+    for block in _PEM_BLOCK.findall(text):
+        try:
+            key = serialization.load_pem_public_key(block.encode())
+        except ValueError as exc:
+            raise NoteError(f"trusted key: not a PEM public key: {exc}") from exc
+        if not isinstance(key, Ed25519PublicKey):
+            raise NoteError("trusted key: only Ed25519 keys are supported")
+        keys.add(raw_public(key))
+    for line in _PEM_BLOCK.sub("", text).splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keys.add(Verifier.parse(line).public)
+    if not keys:
+        raise NoteError("the trusted key or trust file names no key")
+    return keys
 
 
 @dataclass

@@ -48,3 +48,17 @@ def write_fake_model(
     if tokenizer:
         (path / "tokenizer.json").write_text(json.dumps(byte_tokenizer_json()))
     return path
+
+
+def bypass_append_only(conn: Any) -> None:
+    """Switch the audit log's append-only triggers off for this connection, as an attacker
+    holding the database could: on PostgreSQL a superuser skips triggers for the
+    transaction; on SQLite whoever holds the file drops them (they stay dropped)."""
+    from sqlalchemy import text
+
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SET LOCAL session_replication_role = replica"))
+        return
+    for table in ("audit_events", "audit_tree", "log_checkpoints"):
+        for verb in ("update", "delete"):
+            conn.execute(text(f"DROP TRIGGER IF EXISTS {table}_no_{verb}"))

@@ -5,7 +5,7 @@ Revises:
 Create Date: 2026-11-29 13:02:31.023232
 
 On PostgreSQL, triggers make ``audit_events`` append-only: UPDATE, DELETE and TRUNCATE
-raise. On SQLite the hash chain is what protects those rows.
+raise. (Revision 0010 adds the same guard on SQLite and retires the hash chain.)
 """
 
 from __future__ import annotations

@@ -29,8 +29,6 @@ from registry.records import (
     ArtifactAddResult,
     ArtifactRecord,
     AuditEventRecord,
-    ChainVerifyResult,
-    Checkpoint,
     Identity,
     Page,
     PairProposal,
@@ -207,14 +205,6 @@ class Backend(Protocol):
         """List audit events."""
         ...
 
-    def verify_audit_chain(self, *, checkpoint: Checkpoint | None = ...) -> ChainVerifyResult:
-        """Recompute the hash chain (and check it extends a checkpoint)."""
-        ...
-
-    def create_audit_checkpoint(self) -> Checkpoint:
-        """Sign the current head."""
-        ...
-
     def prove_inclusion(self, *, seq: int, tree_size: int | None = ...) -> InclusionProofRecord:
         """Inclusion proof of one audit event in the Merkle tree of the log (RFC 9162)."""
         ...
@@ -233,8 +223,14 @@ class Backend(Protocol):
         """The newest signed checkpoint (or the one at tree_size), as a witness fetches it."""
         ...
 
-    def verify_audit_tree(self, *, checkpoint: str | None = ...) -> TreeVerifyResult:
-        """Recompute the Merkle tree from the events (and check it extends a checkpoint)."""
+    def verify_audit_log(
+        self,
+        *,
+        checkpoint: str | None = ...,
+        witness_keys: list[str] | None = ...,
+        incremental: bool = ...,
+    ) -> TreeVerifyResult:
+        """Verify the log: recompute its tree, compare it with every checkpoint it signed."""
         ...
 
     def get_retention(self, *, kind: RetentionKind = ...) -> RetentionRecord:

@@ -13,7 +13,6 @@ from __future__ import annotations
 from registry import roles
 from registry.contract.spec import CallContext, Operation
 from registry.errors import Conflict, Forbidden, InvalidInput, NotFound, SchemaOutOfDate
-from registry.records import Checkpoint
 from registry.records_requests import decode_tags
 from registry.services import (
     artifacts,
@@ -235,27 +234,6 @@ OPERATIONS: tuple[Operation, ...] = (
         errors=(InvalidInput,),
         wire_names={"by_actor": "actor"},
     ),
-    Operation(
-        audit_log.verify_audit_chain,
-        "POST",
-        "/v1/audit/verify",
-        roles.READ_AUDIT,
-        "Recompute the hash chain (and check it extends a checkpoint)",
-        "audit",
-        errors=(InvalidInput,),
-        also_get=True,
-    ),
-    Operation(
-        audit_log.create_audit_checkpoint,
-        "POST",
-        "/v1/audit/checkpoint",
-        roles.READ_AUDIT,
-        "Sign the current head",
-        "audit",
-        errors=(InvalidInput,),
-        context={"key_path": _signing_key},
-        response_model=Checkpoint,
-    ),
     # -- the audit log as a transparency log (docs/transparency.md) -----------------------
     Operation(
         transparency.prove_inclusion,
@@ -295,11 +273,11 @@ OPERATIONS: tuple[Operation, ...] = (
         errors=NF,
     ),
     Operation(
-        transparency.verify_audit_tree,
+        transparency.verify_audit_log,
         "POST",
-        "/v1/audit/tree/verify",
+        "/v1/audit/verify",
         roles.READ_AUDIT,
-        "Recompute the Merkle tree from the events (and check it extends a checkpoint)",
+        "Verify the log: recompute its tree, compare it with every checkpoint it signed",
         "audit",
         errors=(InvalidInput,),
         also_get=True,

@@ -1,4 +1,4 @@
-"""The append-only, hash-chained audit log, its Merkle tree and signed checkpoints, the
+"""The append-only audit log, its Merkle tree and signed checkpoints, the
 retention policy, and the API tokens whose holders appear in the log."""
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ class AuditEvent(Base):
     entity_type: Mapped[str] = mapped_column(String(32))
     entity_id: Mapped[str] = mapped_column(String(200))
     payload: Mapped[str] = mapped_column(Text)
-    prev_hash: Mapped[str] = mapped_column(String(64))
-    chain_hash: Mapped[str] = mapped_column(String(64))
 
 
 class AuditTreeNode(Base):

@@ -27,7 +27,7 @@ class Base(DeclarativeBase):
 class UTCDateTime(TypeDecorator[datetime]):
     """Timezone-aware UTC timestamps on both dialects.
 
-    SQLite drops the offset on the way back; the audit chain hashes timestamps, so a value
+    SQLite drops the offset on the way back; the audit log hashes timestamps, so a value
     must read back exactly as it was written, always as aware UTC.
     """
 

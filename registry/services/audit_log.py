@@ -1,20 +1,18 @@
-"""Reading and verifying the audit log (writing happens inside each service's transaction)."""
+"""Reading the audit log (writing happens inside each service's transaction; proofs,
+checkpoints and verification are in :mod:`registry.services.transparency`)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry import audit
 from registry.errors import InvalidInput
 from registry.models import AuditEvent
 from registry.params import Cursor, Limit, Timestamp
-from registry.records import AuditEventRecord, ChainVerifyResult, Checkpoint, Page, from_row
+from registry.records import AuditEventRecord, Page, from_row
 from registry.services.base import operation, page_query
-from registry.settings import get_settings
 
 
 def to_record(event: AuditEvent) -> AuditEventRecord:
@@ -57,34 +55,3 @@ def list_audit_events(
         stmt = stmt.where(AuditEvent.occurred_at < until)
     rows, next_cursor = page_query(session, stmt, AuditEvent.seq, cursor, limit)
     return Page[AuditEventRecord](items=[to_record(e) for e in rows], next_cursor=next_cursor)
-
-
-@operation
-def verify_audit_chain(
-    session: Session, *, checkpoint: Checkpoint | None = None
-) -> ChainVerifyResult:
-    """Recompute the chain; with a checkpoint, also prove the log still extends it."""
-    report = audit.verify_chain(session)
-    result = ChainVerifyResult(
-        ok=report.ok,
-        count=report.count,
-        head_seq=report.head_seq,
-        head_hash=report.head_hash,
-        first_broken_seq=report.first_broken_seq,
-        reason=report.reason,
-    )
-    if checkpoint is not None:
-        ok, detail = audit.check_extends_checkpoint(session, checkpoint.model_dump())
-        result.checkpoint_ok = ok
-        result.checkpoint_detail = detail
-        result.ok = result.ok and ok
-    return result
-
-
-@operation
-def create_audit_checkpoint(session: Session, *, key_path: str | None = None) -> Checkpoint:
-    """Sign the current head with the Ed25519 key kept outside the database."""
-    key_path = Path(key_path) if key_path else get_settings().signing_key_path
-    if not key_path.exists():
-        raise InvalidInput(f"no signing key at {key_path}: run `pairreg init`", field="key")
-    return Checkpoint.model_validate(audit.sign_checkpoint(session, key_path))

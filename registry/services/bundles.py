@@ -8,20 +8,16 @@ A bundle (format ``pairreg.audit-bundle/1``, checked by :mod:`registry.bundle_ve
 * ``deployment_event`` that made the pair live, the ``validation`` that allowed it, and the
   flags open at ``served_at``;
 * ``events``: the audit sequence numbers of the artifact, pair, validation, promotion and
-  ingest events, and ``chain``: every audit event from the earliest of them up to a freshly
-  signed checkpoint, with the ``prev_hash`` the segment starts from, so the verifier
-  recomputes every link;
-* ``checkpoint`` (Ed25519, signed with the registry's audit key) and ``public_key``;
-* ``log``: a C2SP checkpoint of the audit log's Merkle tree and, for every cited event, its
-  exact leaf bytes and inclusion path (docs/transparency.md), so each cited event is proven
-  in log2(n) hashes against a checkpoint a witness may have co-signed.
+  ingest events;
+* ``log``: a C2SP checkpoint of the audit log's Merkle tree (signed now, or the newest one
+  if the log has not grown since) and, for every cited event, its exact leaf bytes and
+  inclusion path (docs/transparency.md), so each cited event is proven in log2(n) hashes
+  against a checkpoint a witness may have co-signed.
 
-Size trade-off: the segment holds *all* events in its range, because a hash chain can only
-be checked link by link. In a registry that has ingested for months the range from an
-artifact's registration to today holds one event per ingest batch (about 400 bytes each),
-so a bundle for a request against a long-lived pair grows by ~0.4 MB per thousand batches.
-That is the price of verifying with nothing but a chain; Merkle consistency proofs over the
-audit log itself would bound it, and the tag-to-batch step already uses one.
+Size: at most six cited events, each with a path of log2(n) hashes, so a bundle is bounded
+whatever happened between the artifact's registration and the request (format version 1
+carried every audit event in that range, one per ingest batch: ~0.4 MB per thousand
+batches).
 """
 
 from __future__ import annotations
@@ -114,13 +110,6 @@ def build_bundle(
     path = Path(key_path) if key_path else get_settings().signing_key_path
     if not path.exists():
         raise InvalidInput(f"no audit signing key at {path}: run `pairreg init`", field="key")
-    checkpoint = audit.sign_checkpoint(session, path)
-    start = min(cited.values())
-    events = session.scalars(
-        select(AuditEvent)
-        .where(AuditEvent.seq >= start, AuditEvent.seq <= checkpoint["seq"])
-        .order_by(AuditEvent.seq)
-    ).all()
 
     # Sorted here, not by the database: ingest orders a batch's leaves by Python's code-point
     # order, which a PostgreSQL collation other than C may not share.
@@ -154,24 +143,14 @@ def build_bundle(
             "root": root,
         },
         "events": cited,
-        "chain": {
-            "start_seq": start,
-            "prev_hash": events[0].prev_hash if events else audit.GENESIS_HASH,
-            "events": [
-                {**audit.event_body(e), "prev_hash": e.prev_hash, "chain_hash": e.chain_hash}
-                for e in events
-            ],
-        },
-        "checkpoint": checkpoint,
-        "public_key": checkpoint["public_key"],
+        "log": _log_proofs(session, cited, str(path)),
     }
-    bundle["log"] = _log_proofs(session, cited, str(path))
     return bundle
 
 
 def _log_proofs(session: Session, cited: dict[str, int], key_path: str) -> dict[str, Any]:
     """The cited events' inclusion proofs in the log's Merkle tree, up to a C2SP
-    checkpoint: each event checks in log2(n) hashes, whatever the chain segment's length."""
+    checkpoint: each event checks in log2(n) hashes, however long the log."""
     from registry.services import transparency  # a sibling service
 
     cp = transparency.sign_log_checkpoint(session, key_path=key_path, actor="system:bundle")

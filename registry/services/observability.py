@@ -1,7 +1,7 @@
 """The registry's state as a few bounded numbers, for the ``/metrics`` collector.
 
 Every query here is bounded: by the number of deployments (at most ``MAX_DEPLOYMENTS``),
-by fixed label sets (flag kinds, job states), or by an index (the audit chain head, the
+by fixed label sets (flag kinds, job states), or by an index (the audit log's newest event, the
 newest checkpoint). Nothing scans request tags: ingested tags are summed over
 ``request_batches`` (one row per accepted ingest call). Labels are deployment names,
 categories, flag kinds and job states, never a request id.

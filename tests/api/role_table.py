@@ -65,13 +65,10 @@ ROLE_TABLE: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/v1/audit/events"): READ_AUDIT,
     ("GET", "/v1/audit/verify"): READ_AUDIT,
     ("POST", "/v1/audit/verify"): READ_AUDIT,
-    ("POST", "/v1/audit/checkpoint"): READ_AUDIT,
     ("GET", "/v1/audit/proofs/inclusion"): READ_AUDIT,
     ("GET", "/v1/audit/proofs/consistency"): READ_AUDIT,
     ("POST", "/v1/audit/log-checkpoints"): READ_AUDIT,
     ("GET", "/v1/audit/log-checkpoints/latest"): READ_AUDIT,
-    ("GET", "/v1/audit/tree/verify"): READ_AUDIT,
-    ("POST", "/v1/audit/tree/verify"): READ_AUDIT,
     # retention
     ("GET", "/v1/retention"): READ_AUDIT,
     ("PUT", "/v1/retention"): ADMIN_ONLY,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from registry import audit
+from registry import audit_tree
 from registry.db import session_scope
 from registry.models import Artifact, AuditEvent, Pair
 from registry.services.artifacts import add_artifact
@@ -92,9 +92,9 @@ def test_concurrent_writers_keep_the_chain_gapless(pg_url: str, tmp_path: Path) 
         seqs = list(s.scalars(select(AuditEvent.seq).order_by(AuditEvent.seq)))
         n_artifacts = s.scalar(select(func.count()).select_from(Artifact))
         n_pairs = s.scalar(select(func.count()).select_from(Pair))
-        report = audit.verify_chain(s)
+        report = audit_tree.verify_tree(s)
     # 1 target + 1 shared drafter + 8 own drafters; 1 shared pair + 8 own pairs.
     assert n_artifacts == 2 + WRITERS and n_pairs == 1 + WRITERS
     assert seqs == list(range(1, len(seqs) + 1))
     assert len(seqs) == n_artifacts + n_pairs
-    assert report.ok and report.count == len(seqs) and report.head_seq == seqs[-1]
+    assert report.ok and report.size == len(seqs) == seqs[-1]

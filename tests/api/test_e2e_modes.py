@@ -20,7 +20,7 @@ from tests.serve_process import ApiServer
 
 TIME_KEYS = {"registered_at", "created_at", "occurred_at", "revoked_at", "last_used_at"}
 ACTOR_KEYS = {"actor", "registered_by", "created_by"}
-HASH_KEYS = {"chain_hash", "prev_hash", "head_hash"}  # they cover times and actors
+HASH_KEYS = {"root_hash"}  # the log's root covers times and actors
 
 
 def _normalise(value: Any) -> Any:
@@ -170,7 +170,7 @@ def test_cli_remote_and_embedded_agree(
     added, _, again, shown = (x[1] for x in remote[:4])
     assert added["created"] is True and again["created"] is False
     assert shown["manifest"] and shown["provenance"]["publisher"] == "acme"
-    assert remote[-1][1]["ok"] is True and remote[-1][1]["count"] == 7
+    assert remote[-1][1]["ok"] is True and remote[-1][1]["tree_size"] == 7
     # Actors differ by mode only: the token name remotely, the OS user locally.
     monkeypatch.setenv("PAIRREG_HOME", str(server["home"]))
     monkeypatch.setenv("PAIRREG_URL", server["url"])

@@ -3,7 +3,7 @@
 ``PAIRREG_HOME`` (SQLite database, verified-model cache, keys) lives on a small tmpfs the
 test mounts; before each operation a filler file takes every free byte. Each operation must
 fail with one clear line (exit 1, no traceback), store nothing, and leave the SQLite
-database and the audit chain intact; with the space freed, the same command succeeds.
+database and the audit log intact; with the space freed, the same command succeeds.
 
 Mounting needs root (CAP_SYS_ADMIN); elsewhere the test is skipped, and the same outcome is
 covered by ``test_outage_classification``, which feeds the error classifier the exact errors
@@ -26,7 +26,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import OperationalError
 
 from registry import db
-from registry.audit import verify_chain
+from registry.audit_tree import verify_tree
 from registry.db import session_scope
 from registry.models import Artifact, AuditEvent, Measurement, Pair
 from registry.outages import classify
@@ -109,7 +109,7 @@ def _intact(url: str) -> None:
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     with session_scope(url) as s:
-        report = verify_chain(s)
+        report = verify_tree(s)
     assert report.ok, report
 
 
@@ -157,11 +157,11 @@ def test_disk_full_registration_and_checkpoint(small_home, cli, tmp_path) -> Non
     note = home / "checkpoint.note"
     before = _counts(url)
     filler.fill()
-    _clear_failure(cli("audit", "log-checkpoint", "-o", str(note)))
+    _clear_failure(cli("audit", "checkpoint", "-o", str(note)))
     filler.release()
     assert _counts(url) == before
     _intact(url)
-    ok = cli("audit", "log-checkpoint", "-o", str(note))
+    ok = cli("audit", "checkpoint", "-o", str(note))
     assert ok.rc == 0, ok.err
     assert note.read_text().count("\n") >= 3
     assert cli("audit", "verify").rc == 0

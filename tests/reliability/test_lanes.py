@@ -18,7 +18,8 @@ from sqlalchemy import text
 
 from api.lanes import Lane, Lanes
 from registry import db
-from registry.audit import _PG_WRITE_LOCK, verify_chain
+from registry.audit import _PG_WRITE_LOCK
+from registry.audit_tree import verify_tree
 from registry.db import get_engine, session_scope
 from registry.settings import Settings
 from tests.serve_process import ApiServer, mint
@@ -74,7 +75,7 @@ def test_reads_answer_while_writes_wait_on_the_write_lock(
     """Hold the registry's write lock from outside, send 48 writes at once to a real
     ``pairreg serve``: they all wait. Reads must still answer at once (before the lanes,
     they waited for a thread until the lock was let go). Then every write completes, once,
-    and the audit chain verifies; with the writes on threads and in worker processes."""
+    and the audit log verifies; with the writes on threads and in worker processes."""
     env = {"PAIRREG_WRITE_CONCURRENCY": "2", "PAIRREG_WRITE_PROCESSES": processes}
     server = ApiServer(db_url, tmp_path / "home", env=env)
     server.start()
@@ -123,7 +124,7 @@ def test_reads_answer_while_writes_wait_on_the_write_lock(
     with session_scope(db_url) as s:
         names = s.execute(text("SELECT name FROM api_tokens WHERE name LIKE 'w%'")).scalars()
         assert sorted(names) == [f"w{i:02d}" for i in range(WRITES)]
-        assert verify_chain(s).ok
+        assert verify_tree(s).ok
 
 
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)

@@ -20,7 +20,7 @@ from sqlalchemy import select
 
 from api.tagger import Tagger
 from registry import db
-from registry.audit import verify_chain
+from registry.audit_tree import verify_tree
 from registry.db import session_scope
 from registry.models import RequestTag
 from tests.pg_private import PrivatePostgres, pg_bin
@@ -75,7 +75,7 @@ def _wait_sent(tagger: Tagger, at_least: int, timeout: float = 60) -> None:
 
 def _chain_ok(url: str) -> None:
     with session_scope(url) as s:
-        report = verify_chain(s)
+        report = verify_tree(s)
     assert report.ok, report
 
 

@@ -14,7 +14,8 @@ import pytest
 from sqlalchemy import text
 
 from registry import db
-from registry.audit import _PG_WRITE_LOCK, verify_chain
+from registry.audit import _PG_WRITE_LOCK
+from registry.audit_tree import verify_tree
 from registry.db import get_engine, session_scope
 from tests.fixtures import write_fake_model
 from tests.serve_process import ApiServer, mint
@@ -111,7 +112,7 @@ def test_writes_and_their_errors_cross_the_process_boundary(db_url: str, tmp_pat
         server.stop()
     assert _gone(workers), "workers outlived a server stopped with SIGTERM"
     with session_scope(db_url) as s:
-        assert verify_chain(s).ok
+        assert verify_tree(s).ok
 
 
 def test_a_worker_killed_mid_write_is_a_503_and_the_pool_recovers(
@@ -156,7 +157,7 @@ def test_a_worker_killed_mid_write_is_a_503_and_the_pool_recovers(
         blocker.close()
         server.stop()
     with session_scope(db_url) as s:
-        assert verify_chain(s).ok
+        assert verify_tree(s).ok
 
 
 def test_workers_end_when_the_server_is_killed(db_url: str, tmp_path: Path) -> None:

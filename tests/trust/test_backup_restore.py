@@ -14,7 +14,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
-from registry import audit
+from registry import audit, audit_tree
 from registry.db import get_engine, session_scope
 from registry.services import transparency as tl
 from registry.settings import Settings
@@ -36,8 +36,8 @@ def _grow(url: str, n: int, start: int) -> None:
 
 def _check_restored(url: str, checkpoint: str, size: int) -> None:
     with session_scope(url) as s:
-        assert audit.verify_chain(s).ok
-        verdict = tl.verify_audit_tree(s, checkpoint=checkpoint)
+        assert audit_tree.verify_tree(s).ok
+        verdict = tl.verify_audit_log(s, checkpoint=checkpoint)
     assert verdict.ok and verdict.checkpoint_ok, verdict
     assert verdict.tree_size == size and verdict.checkpoint_size == size
 
@@ -72,7 +72,7 @@ def test_pg_dump_and_restore_drill(home: Settings, tmp_path: Path) -> None:
             if expect == "ok":
                 _check_restored(restored, last.note, last.tree_size)
                 with session_scope(restored) as s:
-                    assert tl.verify_audit_tree(s, checkpoint=old.note).checkpoint_ok
+                    assert tl.verify_audit_log(s, checkpoint=old.note).checkpoint_ok
                 # The append-only triggers came back with the restore.
                 with pytest.raises(DBAPIError, match="append-only"):
                     with get_engine(restored).begin() as conn:
@@ -81,8 +81,8 @@ def test_pg_dump_and_restore_drill(home: Settings, tmp_path: Path) -> None:
                 # An older backup restored in place of the current database: the log is a
                 # valid prefix, but the later checkpoint shows events are missing.
                 with session_scope(restored) as s:
-                    assert audit.verify_chain(s).ok
-                    verdict = tl.verify_audit_tree(s, checkpoint=last.note)
+                    assert audit_tree.verify_tree(s).ok
+                    verdict = tl.verify_audit_log(s, checkpoint=last.note)
                 assert not verdict.ok and verdict.checkpoint_ok is False
                 assert "the log has only 31" in (verdict.checkpoint_detail or "")
         finally:

@@ -42,13 +42,14 @@ def test_bundle_proves_cited_events_in_the_log(home: Settings, served: Served) -
     forged = copy.deepcopy(bundle)
     entry = forged["log"]["events"][batch_seq]
     entry["leaf_data"] = entry["leaf_data"].replace('"stored":5', '"stored":6')
-    bad = verify_bundle(forged)
+    bad = verify_bundle(forged, trusted_public_key=trusted)
     assert {c.name: c.detail for c in bad.checks if not c.ok} == {
-        "log inclusion": f"event {batch_seq} does not prove into the checkpoint"
+        "log inclusion": f"event {batch_seq} does not prove into the checkpoint",
+        "ingest batch event": f"event {batch_seq} is not among the verified events",
     }
     forged = copy.deepcopy(bundle)
     lines = forged["log"]["checkpoint"].split("\n")
     lines[1] = str(int(lines[1]) + 1)
     forged["log"]["checkpoint"] = "\n".join(lines)
-    failed = {c.name for c in verify_bundle(forged).checks if not c.ok}
+    failed = {c.name for c in verify_bundle(forged, trusted_public_key=trusted).checks if not c.ok}
     assert failed == {"log checkpoint"}

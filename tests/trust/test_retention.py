@@ -13,7 +13,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.exc import DBAPIError
 
 from registry import merkle, request_archive, tag_partitions
-from registry.bundle_verify import merkle_verify, tag_digest
+from registry.bundle_verify import UNPINNED, merkle_verify, tag_digest
 from registry.db import get_engine, session_scope
 from registry.errors import InvalidInput
 from registry.models import AuditEvent, RequestId, RequestTag
@@ -21,6 +21,15 @@ from registry.services import requests as req_svc
 from registry.services import retention, transparency
 from registry.settings import Settings
 from tests.requests.conftest import ACTOR, build_registry, promote_at
+
+
+def _log_key() -> str:
+    """The log's verifier key, as an auditor pins it."""
+    from registry.services.transparency import published_verifier
+
+    own = published_verifier()
+    assert own is not None
+    return own.vkey
 
 
 def _tags(prefix: str, n: int, at: datetime, dep: str, pair: str) -> list[dict]:
@@ -128,8 +137,12 @@ def test_archive_verify_purge_and_reconstruct(home: Settings, tmp_path: Path) ->
         )
         assert s.scalar(select(func.count()).select_from(RequestTag)) == 19
     assert (kept.batches, kept.requests, kept.purged) == (3, 15, False)
-    report = request_archive.verify_archive(tmp_path / "a1")
+    report = request_archive.verify_archive(tmp_path / "a1", trusted_log_key=_log_key())
     assert report.ok, report.failures()
+    # Without a pinned key the manifest's own key is all there is: unpinned, not verified.
+    unpinned = request_archive.verify_archive(tmp_path / "a1")
+    assert not unpinned.ok and unpinned.verdict == "unpinned"
+    assert unpinned.failures() == [f"pinned key: {UNPINNED}"]
 
     # Purge: the archived rows go, the recent batch stays, the archive still proves them.
     with session_scope(url) as s:
@@ -149,7 +162,7 @@ def test_archive_verify_purge_and_reconstruct(home: Settings, tmp_path: Path) ->
         payload = json.loads(ev.payload)
         assert payload["manifest_sha256"] == done.manifest_sha256 and payload["purged"]
         # The audit log itself was not touched and still verifies.
-        assert transparency.verify_audit_tree(s).ok
+        assert transparency.verify_audit_log(s).ok
         # Nothing left before the cut: a second archive finds nothing.
         found = retention.get_archived_request(
             s, directory=str(tmp_path / "a2"), request_id="old1-003"
@@ -163,7 +176,24 @@ def test_archive_verify_purge_and_reconstruct(home: Settings, tmp_path: Path) ->
         original.spec,
     )
     assert found["tag_digest"] == original.tag_digest
-    assert found["pair"]["pair_digest"] == reg.pair_a
+    assert found["pair"]["pair_digest"] == reg.pair_a and found["verdict"] == "verified"
+    # From the CLI: pinned to the registry's key by default, or to the key you give; a key
+    # that did not sign the archive's checkpoint fails it.
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from registry.audit import public_pem
+    from tests.api.conftest import run_cli
+
+    archive = str(tmp_path / "a2")
+    assert run_cli("requests", "archived", archive, "old1-003").exit_code == 0
+    pinned = run_cli(
+        "requests", "archived", archive, "old1-003", "--public-key", str(home.public_key_path)
+    )
+    assert pinned.exit_code == 0 and "verified" in pinned.output
+    other = tmp_path / "other.pub"
+    other.write_text(public_pem(Ed25519PrivateKey.generate().public_key()))
+    wrong = run_cli("requests", "archived", archive, "old1-003", "--trust-file", str(other))
+    assert wrong.exit_code == 1 and "a key you do not trust" in " ".join(wrong.output.split())
     inc = found["inclusion"]
     assert merkle_verify(found["tag_digest"], inc["index"], inc["size"], inc["path"], inc["root"])
     body = json.loads(found["event"]["leaf_data"])
@@ -191,12 +221,12 @@ def test_a_tampered_archive_fails_verification(home: Settings, tmp_path: Path) -
             s, before=(old + timedelta(days=1)).date(), directory=str(tmp_path / "a"), actor=ACTOR
         )
     a = tmp_path / "a"
-    assert request_archive.verify_archive(a).ok
+    assert request_archive.verify_archive(a, trusted_log_key=_log_key()).ok
     lines = [json.loads(x) for x in gzip.open(a / "requests.jsonl.gz", "rt")]
     lines[2]["output_tokens"] += 100  # someone "fixes" a record
     with gzip.open(a / "requests.jsonl.gz", "wt") as fh:
         fh.writelines(json.dumps(x) + "\n" for x in lines)
-    broken = request_archive.verify_archive(a)
+    broken = request_archive.verify_archive(a, trusted_log_key=_log_key())
     assert not broken.ok and "file requests.jsonl.gz: missing or altered" in broken.failures()
     # ...and updating the manifest's file hash to match does not help.
     manifest = json.loads((a / "manifest.json").read_text())
@@ -204,7 +234,7 @@ def test_a_tampered_archive_fails_verification(home: Settings, tmp_path: Path) -
         a / "requests.jsonl.gz"
     )
     (a / "manifest.json").write_text(json.dumps(manifest))
-    failures = " | ".join(request_archive.verify_archive(a).failures())
+    failures = " | ".join(request_archive.verify_archive(a, trusted_log_key=_log_key()).failures())
     assert "tag digests: 5/6 recompute" in failures
     assert "batches: batch" in failures and "Merkle root" in failures
     # Recomputing the tag digest too still leaves the batch root (in the signed log) wrong.
@@ -215,5 +245,5 @@ def test_a_tampered_archive_fails_verification(home: Settings, tmp_path: Path) -
         a / "requests.jsonl.gz"
     )
     (a / "manifest.json").write_text(json.dumps(manifest))
-    failures = " | ".join(request_archive.verify_archive(a).failures())
+    failures = " | ".join(request_archive.verify_archive(a, trusted_log_key=_log_key()).failures())
     assert "archive root" in failures and "do not hash to its Merkle root" in failures

@@ -65,12 +65,10 @@ def test_proofs_checkpoints_witness_and_retention_over_http(api: ApiEnv, tmp_pat
     assert later["tree_size"] == cp["tree_size"] + 1
     assert "consistent with" in witness.cosign(later["note"], prove).detail
 
-    verdict = c.post(
-        "/v1/audit/tree/verify", json={"checkpoint": cp["note"]}, headers=auditor
-    ).json()
+    verdict = c.post("/v1/audit/verify", json={"checkpoint": cp["note"]}, headers=auditor).json()
     assert verdict["ok"] and verdict["checkpoint_ok"] and verdict["tree_size"] == later["tree_size"]
     forged = c.post(
-        "/v1/audit/tree/verify",
+        "/v1/audit/verify",
         json={"checkpoint": cp["note"].replace("\n\n", "\nx\n\n", 1)},
         headers=auditor,
     )

@@ -12,7 +12,7 @@ from sqlalchemy import text
 from registry import audit_tree
 from registry.db import get_engine
 from registry.settings import Settings
-from tests.fixtures import write_fake_model
+from tests.fixtures import bypass_append_only, write_fake_model
 from tests.trust.test_model_signing import make_signer
 
 
@@ -35,7 +35,7 @@ def test_trust_commands(home: Settings, cli, tmp_path: Path) -> None:  # type: i
     assert len(refused.err.strip().splitlines()) == 1
 
     cp1 = tmp_path / "cp1.txt"
-    made = cli("audit", "log-checkpoint", "-o", str(cp1))
+    made = cli("audit", "checkpoint", "-o", str(cp1))
     assert made.rc == 0, made.err
     vkey = made.out.split("log verifier key: ")[1].split()[0]
     proof = cli("audit", "prove", "--event", "2", "--json").json()
@@ -50,19 +50,26 @@ def test_trust_commands(home: Settings, cli, tmp_path: Path) -> None:  # type: i
     size = int(cp1.read_text().splitlines()[1])
     cons = cli("audit", "consistency", str(size), "--json").json()
     assert cons["old_size"] == size and cons["new_size"] == size + 1
-    assert cli("audit", "log-checkpoint").rc == 0
+    assert cli("audit", "checkpoint").rc == 0
     second = cli("audit", "witness", *w)  # fetches the newest checkpoint itself
     assert second.rc == 0 and f"consistent with {size}" in second.err
 
     # Someone rewrites the first event, re-derives the tree and the log's checkpoint record.
     with get_engine(home.db_url).begin() as conn:
+        bypass_append_only(conn)
         conn.execute(text("UPDATE audit_events SET actor = 'local:mallory' WHERE seq = 1"))
         audit_tree.rebuild(conn)
         conn.execute(text("DELETE FROM log_checkpoints"))
-    assert cli("audit", "tree-verify").rc == 0  # the tree matches the (rewritten) events
-    bad = cli("audit", "tree-verify", "--checkpoint", str(cp1))
+    # The tree matches the (rewritten) events, but not the checkpoint the log signed, whose
+    # copy outside the database survived the deleted rows.
+    rewritten = cli("audit", "verify")
+    assert rewritten.rc == 1 and "log intact" in rewritten.out
+    assert "signed checkpoints DIVERGED" in rewritten.out and "kept outside" in rewritten.out
+    for kept in (home.signing_key_path.parent / "log-checkpoints").iterdir():
+        kept.unlink()  # someone who reaches the key's directory too
+    bad = cli("audit", "verify", "--checkpoint", str(cp1))
     assert bad.rc == 1 and "checkpoint FAILED" in bad.out
-    assert cli("audit", "log-checkpoint").rc == 0
+    assert cli("audit", "checkpoint").rc == 0
     fork = cli("audit", "witness", *w)
     assert fork.rc == 1 and "FORK DETECTED" in fork.err
 
