@@ -114,7 +114,7 @@ def test_chain_retired_only_after_the_events_verify(db_url: str) -> None:
 
     from registry import audit_tree
 
-    db.downgrade(db_url, "0008")
+    db.downgrade(db_url, "0009")
     _old_chain_events(db_url, 9)
     with db.get_engine(db_url).connect() as conn:
         root = audit_tree.root(conn, 9)
@@ -129,7 +129,7 @@ def test_chain_retired_only_after_the_events_verify(db_url: str) -> None:
     assert report.ok and report.size == 9 and report.root == root
 
     # Down again (the chain is recomputed), alter an event, and the upgrade refuses.
-    db.downgrade(db_url, "0008")
+    db.downgrade(db_url, "0009")
     with engine.connect() as conn:
         stored = conn.execute(text("SELECT chain_hash FROM audit_events ORDER BY seq")).scalars()
         assert list(stored) == _expected_chain(conn)
@@ -141,7 +141,7 @@ def test_chain_retired_only_after_the_events_verify(db_url: str) -> None:
     with pytest.raises(RuntimeError, match="audit chain broken at sequence 4"):
         db.upgrade(db_url)
     db.dispose_engines()
-    assert db.current_revision(db_url) == "0008"
+    assert db.current_revision(db_url) == "0009"
 
 
 def _expected_chain(conn) -> list[str]:  # type: ignore[no-untyped-def]

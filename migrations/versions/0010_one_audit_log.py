@@ -1,7 +1,7 @@
 """one audit log: the Merkle log only, append-only on SQLite as on PostgreSQL
 
 Revision ID: 0010
-Revises: 0008
+Revises: 0009
 Create Date: 2026-12-03 15:40:00.000000
 
 * **The hash chain is retired.** ``audit_events.prev_hash`` and ``chain_hash`` are dropped:
@@ -35,7 +35,7 @@ from registry.canonical import canonical_json
 from registry.models.base import UTCDateTime
 
 revision = "0010"
-down_revision = "0008"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 
