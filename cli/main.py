@@ -26,6 +26,7 @@ SUBAPPS: list[tuple[str, str, str | None, str]] = [
     ("cli.pairs", "app", "pair", "Register and inspect pairs."),
     ("cli.audit", "app", "audit", "Audit log: events, verification, checkpoints."),
     ("cli.tokens", "app", "token", "API tokens (admin)."),
+    ("cli.webhooks", "app", "webhook", "Outgoing webhooks: subscriptions, deliveries (admin)."),
     ("cli.tiny", "app", "tiny", "Build the tiny reference pairs."),
     ("cli.real", "app", "real", "Build the real reference pair (SmolLM2-135M-Instruct)."),
     ("cli.governance", "register", None, ""),

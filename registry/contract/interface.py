@@ -59,6 +59,7 @@ from registry.records_governance import (
     ValidationRecord,
     WatchResult,
 )
+from registry.records_lifecycle import WebhookCreated, WebhookDeliveryRecord, WebhookRecord
 from registry.records_online import OnlineAlpha
 from registry.records_requests import (
     ExportResult,
@@ -465,6 +466,40 @@ class Backend(Protocol):
 
     def watch(self, *, lineage: str | None = ...) -> list[WatchResult]:
         """Poll watched Hub branches once."""
+        ...
+
+    def create_webhook(
+        self,
+        *,
+        name: str,
+        url: str,
+        events: list[str] = ...,
+        deployment: str | None = ...,
+        secret: str | None = ...,
+    ) -> WebhookCreated:
+        """Subscribe a receiver to pairreg's decisions (its signing secret is shown once)."""
+        ...
+
+    def list_webhooks(self, *, cursor: Cursor = ..., limit: Limit = ...) -> Page[WebhookRecord]:
+        """List webhooks."""
+        ...
+
+    def get_webhook(self, *, name: str) -> WebhookRecord:
+        """One webhook with its pending and delivered counts."""
+        ...
+
+    def disable_webhook(self, *, name: str) -> WebhookRecord:
+        """Stop sending to a receiver (what it is owed is kept)."""
+        ...
+
+    def enable_webhook(self, *, name: str) -> WebhookRecord:
+        """Resume sending, oldest owed event first."""
+        ...
+
+    def list_webhook_deliveries(
+        self, *, name: str, state: str | None = ..., cursor: Cursor = ..., limit: Limit = ...
+    ) -> Page[WebhookDeliveryRecord]:
+        """A receiver's deliveries in order, with every attempt."""
         ...
 
     def ingest_requests(self, *, tags: list[TagIn] | list[dict[str, Any]]) -> IngestResult:

@@ -35,6 +35,7 @@ from registry.services import (
     transparency,
     validation,
     watch,
+    webhooks,
 )
 from registry.source_paths import PathLimits, path_limits
 
@@ -609,6 +610,63 @@ OPERATIONS: tuple[Operation, ...] = (
         "Poll watched Hub branches once",
         "drift",
         errors=NF,
+    ),
+    # -- outgoing webhooks (docs/lifecycle.md) --------------------------------------------
+    Operation(
+        webhooks.create_webhook,
+        "POST",
+        "/v1/webhooks",
+        roles.ADMIN,
+        "Subscribe a receiver to pairreg's decisions (its signing secret is shown once)",
+        "webhooks",
+        errors=(InvalidInput, Conflict),
+        status=201,
+        examples=(
+            {
+                "name": "ci",
+                "url": "https://ci.example.com/pairreg",
+                "events": ["deployment.promoted", "flag.opened"],
+            },
+        ),
+    ),
+    Operation(
+        webhooks.list_webhooks, "GET", "/v1/webhooks", roles.ADMIN, "List webhooks", "webhooks", NF
+    ),
+    Operation(
+        webhooks.get_webhook,
+        "GET",
+        "/v1/webhooks/{name}",
+        roles.ADMIN,
+        "One webhook with its pending and delivered counts",
+        "webhooks",
+        NF,
+    ),
+    Operation(
+        webhooks.disable_webhook,
+        "POST",
+        "/v1/webhooks/{name}/disable",
+        roles.ADMIN,
+        "Stop sending to a receiver (what it is owed is kept)",
+        "webhooks",
+        NF,
+    ),
+    Operation(
+        webhooks.enable_webhook,
+        "POST",
+        "/v1/webhooks/{name}/enable",
+        roles.ADMIN,
+        "Resume sending, oldest owed event first",
+        "webhooks",
+        NF,
+    ),
+    Operation(
+        webhooks.list_webhook_deliveries,
+        "GET",
+        "/v1/webhooks/{name}/deliveries",
+        roles.ADMIN,
+        "A receiver's deliveries in order, with every attempt",
+        "webhooks",
+        NF,
     ),
     # -- request tags, audits, telemetry, exports ----------------------------------------
     Operation(

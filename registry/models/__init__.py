@@ -21,6 +21,14 @@ from registry.models.governance import (
 )
 from registry.models.online import OnlineBucket, OnlineMonitor
 from registry.models.requests import RequestBatch, RequestId, RequestTag, TelemetrySample
+from registry.models.webhooks import (
+    MlflowDelivery,
+    MlflowSource,
+    WebhookAttempt,
+    WebhookDelivery,
+    WebhookEvent,
+    WebhookSubscription,
+)
 
 __all__ = [
     "ApiToken",
@@ -35,6 +43,8 @@ __all__ = [
     "Lineage",
     "LogCheckpoint",
     "Measurement",
+    "MlflowDelivery",
+    "MlflowSource",
     "OnlineBucket",
     "OnlineMonitor",
     "Pair",
@@ -46,6 +56,10 @@ __all__ = [
     "TelemetrySample",
     "UTCDateTime",
     "Validation",
+    "WebhookAttempt",
+    "WebhookDelivery",
+    "WebhookEvent",
+    "WebhookSubscription",
     "Worker",
     "utcnow",
 ]

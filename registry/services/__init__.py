@@ -22,6 +22,7 @@ from registry.services import (
     transparency,
     validation,
     watch,
+    webhooks,
 )
 from registry.services.base import OPERATIONS, operation
 
@@ -46,4 +47,5 @@ __all__ = [
     "transparency",
     "validation",
     "watch",
+    "webhooks",
 ]

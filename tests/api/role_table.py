@@ -77,6 +77,13 @@ ROLE_TABLE: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/v1/tokens"): ADMIN_ONLY,
     ("GET", "/v1/whoami"): ANY_TOKEN,
     ("DELETE", "/v1/tokens/{name}"): ADMIN_ONLY,
+    # outgoing webhooks
+    ("POST", "/v1/webhooks"): ADMIN_ONLY,
+    ("GET", "/v1/webhooks"): ADMIN_ONLY,
+    ("GET", "/v1/webhooks/{name}"): ADMIN_ONLY,
+    ("POST", "/v1/webhooks/{name}/disable"): ADMIN_ONLY,
+    ("POST", "/v1/webhooks/{name}/enable"): ADMIN_ONLY,
+    ("GET", "/v1/webhooks/{name}/deliveries"): ADMIN_ONLY,
     # governance: measurements, jobs, drift, watch
     ("POST", "/v1/measurements"): MEASURE,
     ("GET", "/v1/measurements"): READ_REGISTRY,

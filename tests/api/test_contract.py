@@ -254,6 +254,12 @@ def scenario(call: Recorder, models: dict[str, Path]) -> None:
 
     call("deprecate_pair", ref=pb, reason="superseded")
     call("retire_pair", ref=pb, reason="gone")
+    call("create_webhook", name="ci", url="https://ci.example.com/hook", events=["flag.opened"])
+    call("list_webhooks")
+    call("get_webhook", name="ci")
+    call("disable_webhook", name="ci")
+    call("enable_webhook", name="ci")
+    call("list_webhook_deliveries", name="ci")
     call("create_token", name="ci", role="ingest")
     call("list_tokens")
     call("whoami")
