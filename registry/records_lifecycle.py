@@ -55,3 +55,25 @@ class WebhookDeliveryRecord(BaseModel):
     delivered_at: datetime | None = None
     payload: dict[str, Any]
     attempt_log: list[WebhookAttemptRecord] = Field(default_factory=list)
+
+
+class MlflowSourceRecord(BaseModel):
+    id: int
+    registered_model: str = Field(description="The MLflow registered model's name.")
+    lineage: str = Field(description="The pairreg lineage its versions join.")
+    role: str
+    aliases: list[str] = Field(
+        description="Aliases whose moves register the version; empty: every new version."
+    )
+    created_by: str
+    created_at: datetime
+
+
+class MlflowDeliveryRecord(BaseModel):
+    delivery_id: str
+    event: str
+    received_at: datetime
+    outcome: dict[str, Any] = Field(
+        description="action (registered, unchanged, ignored), lineage, artifact and version, "
+        "the MLflow model version, and whether the target changed."
+    )

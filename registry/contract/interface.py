@@ -59,7 +59,13 @@ from registry.records_governance import (
     ValidationRecord,
     WatchResult,
 )
-from registry.records_lifecycle import WebhookCreated, WebhookDeliveryRecord, WebhookRecord
+from registry.records_lifecycle import (
+    MlflowDeliveryRecord,
+    MlflowSourceRecord,
+    WebhookCreated,
+    WebhookDeliveryRecord,
+    WebhookRecord,
+)
 from registry.records_online import OnlineAlpha
 from registry.records_requests import (
     ExportResult,
@@ -500,6 +506,24 @@ class Backend(Protocol):
         self, *, name: str, state: str | None = ..., cursor: Cursor = ..., limit: Limit = ...
     ) -> Page[WebhookDeliveryRecord]:
         """A receiver's deliveries in order, with every attempt."""
+        ...
+
+    def map_mlflow_model(
+        self, *, registered_model: str, lineage: str, role: str = ..., aliases: list[str] = ...
+    ) -> MlflowSourceRecord:
+        """Follow an MLflow registered model as a pairreg lineage."""
+        ...
+
+    def list_mlflow_sources(
+        self, *, cursor: Cursor = ..., limit: Limit = ...
+    ) -> Page[MlflowSourceRecord]:
+        """MLflow registered models followed, and their lineages."""
+        ...
+
+    def list_mlflow_deliveries(
+        self, *, cursor: Cursor = ..., limit: Limit = ...
+    ) -> Page[MlflowDeliveryRecord]:
+        """MLflow webhook deliveries accepted, with what each did."""
         ...
 
     def ingest_requests(self, *, tags: list[TagIn] | list[dict[str, Any]]) -> IngestResult:

@@ -14,6 +14,8 @@ change there shows up as a failing test, not as a silently widened permission.
 from __future__ import annotations
 
 PUBLIC: frozenset[str] = frozenset()  # no token needed
+# Authenticated by an HMAC signature instead of a token (tests/lifecycle/test_mlflow_in.py).
+SIGNED: frozenset[str] = frozenset({"signed"})
 
 ADMIN_ONLY = frozenset({"admin"})
 READ_REGISTRY = frozenset({"admin", "registrar", "promoter", "auditor", "reader"})
@@ -77,6 +79,11 @@ ROLE_TABLE: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/v1/tokens"): ADMIN_ONLY,
     ("GET", "/v1/whoami"): ANY_TOKEN,
     ("DELETE", "/v1/tokens/{name}"): ADMIN_ONLY,
+    # MLflow in
+    ("POST", "/v1/mlflow/sources"): WRITE_REGISTRY,
+    ("GET", "/v1/mlflow/sources"): READ_REGISTRY,
+    ("GET", "/v1/mlflow/deliveries"): READ_AUDIT,
+    ("POST", "/v1/mlflow/webhook"): SIGNED,
     # outgoing webhooks
     ("POST", "/v1/webhooks"): ADMIN_ONLY,
     ("GET", "/v1/webhooks"): ADMIN_ONLY,

@@ -260,6 +260,9 @@ def scenario(call: Recorder, models: dict[str, Path]) -> None:
     call("disable_webhook", name="ci")
     call("enable_webhook", name="ci")
     call("list_webhook_deliveries", name="ci")
+    call("map_mlflow_model", registered_model="chat", lineage="acme/t", aliases=["champion"])
+    call("list_mlflow_sources")
+    call("list_mlflow_deliveries")
     call("create_token", name="ci", role="ingest")
     call("list_tokens")
     call("whoami")
@@ -359,6 +362,7 @@ def test_every_v1_route_comes_from_a_declaration() -> None:
     declared = {(op.method, op.path) for op in OPERATIONS if op.path}
     declared |= {("GET", op.path) for op in OPERATIONS if op.also_get}
     serving = {("POST", "/v1/completions"), ("POST", "/v1/chat/completions")}
+    serving.add(("POST", "/v1/mlflow/webhook"))  # signed by MLflow, not a bearer-token call
     for route in iter_routes(app):
         if not route.path.startswith("/v1/"):
             continue
