@@ -77,3 +77,48 @@ class MlflowDeliveryRecord(BaseModel):
         description="action (registered, unchanged, ignored), lineage, artifact and version, "
         "the MLflow model version, and whether the target changed."
     )
+
+
+class AcceptanceLengthRecord(BaseModel):
+    k: int
+    length: float = Field(description="Mean acceptance length (tokens per target call).")
+    source: str = Field(description="plain, measured, or extrapolated beyond the measured k.")
+
+
+class KRange(BaseModel):
+    start_bs: int
+    end_bs: int
+    k: int = Field(description="Draft length in this range; 0: no speculation.")
+    tokens_per_s: list[float] = Field(description="Predicted tokens/s at start_bs and end_bs.")
+    plain_tokens_per_s: list[float]
+    fixed_k_tokens_per_s: list[float] = Field(description="With the pair's own k throughout.")
+    gain_over_fixed_k: list[float] = Field(description="tokens_per_s / fixed_k_tokens_per_s.")
+
+
+class KSchedule(BaseModel):
+    pair_digest: str
+    method: str
+    fixed_k: int
+    hardware: str
+    context: int
+    dtype: str
+    measurement_id: int
+    category: str | None = None
+    max_batch: int
+    acceptance: list[AcceptanceLengthRecord]
+    ranges: list[KRange]
+    mean_gain_over_fixed_k: float = Field(
+        description="Mean over batch sizes 1..max_batch of scheduled / fixed-k tokens/s."
+    )
+    mean_gain_over_plain: float
+    vllm: dict[str, Any] = Field(
+        description="speculative_config keys: num_speculative_tokens and "
+        "num_speculative_tokens_per_batch_size [[start_bs, end_bs, k], ...]."
+    )
+    trtllm: dict[str, Any] = Field(
+        description="speculative_config draft_len_schedule {batch_size: k} (PyTorch backend)."
+    )
+    sglang: dict[str, Any] | None = Field(
+        default=None, description="None: SGLang has no per-batch-size draft length setting."
+    )
+    notes: list[str] = Field(default_factory=list)

@@ -60,6 +60,7 @@ from registry.records_governance import (
     WatchResult,
 )
 from registry.records_lifecycle import (
+    KSchedule,
     MlflowDeliveryRecord,
     MlflowSourceRecord,
     WebhookCreated,
@@ -569,7 +570,28 @@ class Backend(Protocol):
         """Online α of a deployment over time, tested against its validated α."""
         ...
 
-    def export_serving(self, *, deployment: str, engine: Literal["vllm", "sglang"]) -> ExportResult:
+    def k_schedule(
+        self,
+        *,
+        pair: str,
+        hardware: str | None = ...,
+        context: int = ...,
+        max_batch: int | None = ...,
+        k_max: int = ...,
+        category: str | None = ...,
+    ) -> KSchedule:
+        """Draft length per batch size that maximises predicted throughput (vLLM, TensorRT-LLM)."""
+        ...
+
+    def export_serving(
+        self,
+        *,
+        deployment: str,
+        engine: Literal["vllm", "sglang"],
+        hardware: str | None = ...,
+        context: int = ...,
+        max_batch: int | None = ...,
+    ) -> ExportResult:
         """Serving-engine launch arguments for a deployment's live pair."""
         ...
 

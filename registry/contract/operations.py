@@ -762,6 +762,15 @@ OPERATIONS: tuple[Operation, ...] = (
         errors=NF,
     ),
     Operation(
+        economics.k_schedule,
+        "GET",
+        "/v1/pairs/{pair}/k-schedule",
+        roles.READ_REGISTRY,
+        "Draft length per batch size that maximises predicted throughput (vLLM, TensorRT-LLM)",
+        "pairs",
+        errors=NF,
+    ),
+    Operation(
         exports.export_serving,
         "GET",
         "/v1/exports/{engine}",

@@ -157,7 +157,8 @@ RESULT = {
         "code": {"prompts": 2, "alpha": 0.8, "alpha_ci": [0.7, 0.9], "tau": 3.0},
     },
     "overall": {"prompts": 2, "alpha": 0.8, "alpha_ci": [0.7, 0.9], "tau": 3.0,
-                "draft_acceptance_rate": 0.6},
+                "draft_acceptance_rate": 0.6, "per_position": [0.8, 0.6, 0.4, 0.3],
+                "per_position_conditional": [0.8, 0.75, 0.67, 0.75]},
     "prompts": [
         {"id": "c1", "category": "code", "output_ids": [1, 2, 3], "steps": 1, "drafted": 4,
          "accepted": 3, "rejections": 1, "target_calls": 2, "emitted": 4},
@@ -250,6 +251,7 @@ def scenario(call: Recorder, models: dict[str, Path]) -> None:
     call("list_hardware")
     call("pair_economics", pair=pa, hardware="l4", batch=[1, 8, 64], context=512, price=0.8,
          compare=pb)  # fmt: skip
+    call("k_schedule", pair=pa, hardware="l4", max_batch=64, context=512)
     call("maintain_partitions", ahead=1)
 
     call("deprecate_pair", ref=pb, reason="superseded")
