@@ -27,6 +27,8 @@ SUBAPPS: list[tuple[str, str, str | None, str]] = [
     ("cli.audit", "app", "audit", "Audit log: events, verification, checkpoints."),
     ("cli.tokens", "app", "token", "API tokens (admin)."),
     ("cli.webhooks", "app", "webhook", "Outgoing webhooks: subscriptions, deliveries (admin)."),
+    ("cli.lifecycle", "curve_app", "curve", "Acceptance curves: export and import."),
+    ("cli.lifecycle", "mlflow_app", "mlflow", "MLflow registry webhooks in."),
     ("cli.tiny", "app", "tiny", "Build the tiny reference pairs."),
     ("cli.real", "app", "real", "Build the real reference pair (SmolLM2-135M-Instruct)."),
     ("cli.governance", "register", None, ""),

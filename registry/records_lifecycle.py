@@ -122,3 +122,53 @@ class KSchedule(BaseModel):
         default=None, description="None: SGLang has no per-batch-size draft length setting."
     )
     notes: list[str] = Field(default_factory=list)
+
+
+class CurvePoint(BaseModel):
+    k: int = Field(ge=1, le=16)
+    acceptance_length: float = Field(
+        description="Mean tokens per target call with k drafted (bonus token included)."
+    )
+    source: str = Field(description="measured, or extrapolated beyond the measured k.")
+    synthetic_acceptance_rates: list[float] = Field(
+        description="vLLM's synthetic rejection sampler input for k: entry i is the "
+        "probability that the first i+1 draft tokens are all accepted."
+    )
+
+
+class CurveProvenance(BaseModel):
+    pair_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+    suite_name: str
+    suite_digest: str = Field(min_length=1, max_length=128)
+    engine: str = Field(description="What measured it: the pairreg runner or a serving engine.")
+    engine_version: str
+    sampling: dict[str, Any] = Field(
+        description="The measurement settings (temperature, seed, acceptance rule, k, ...)."
+    )
+    settings_digest: str
+    measured_k: int = Field(ge=1, le=64)
+    measurement_id: int | None = Field(
+        default=None, description="The measurement in the registry that exported it."
+    )
+
+
+class AcceptanceCurve(BaseModel):
+    """Acceptance length per k (1..8) per category with where it came from, in the shape a
+    benchmark harness replays through vLLM's synthetic rejection sampler."""
+
+    format: str = Field(default="pairreg-acceptance-curve/1")
+    provenance: CurveProvenance
+    curves: dict[str, list[CurvePoint]] = Field(
+        description="Per category (and 'overall'): one point per k."
+    )
+    vllm_replay: dict[str, Any] = Field(
+        default_factory=dict,
+        description="speculative_config keys that replay the overall curve at the measured k.",
+    )
+
+
+class CurveImportResult(BaseModel):
+    id: int
+    pair_digest: str
+    digest: str = Field(description="SHA-256 of the curve's canonical JSON.")
+    created: bool

@@ -1,4 +1,4 @@
-"""lifecycle: outgoing webhook subscriptions and outbox, incoming MLflow webhooks
+"""lifecycle: outgoing webhooks and outbox, incoming MLflow webhooks, acceptance curves
 
 Revision ID: 0012
 Revises: 0008
@@ -119,9 +119,29 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_mlflow_deliveries")),
         sa.UniqueConstraint("delivery_id", name=op.f("uq_mlflow_deliveries_delivery_id")),
     )
+    op.create_table(
+        "acceptance_curves",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("pair_id", sa.Integer(), nullable=False),
+        sa.Column("digest", sa.String(length=64), nullable=False),
+        sa.Column("provenance", sa.JSON(), nullable=False),
+        sa.Column("curves", sa.JSON(), nullable=False),
+        sa.Column("imported_by", sa.String(length=200), nullable=False),
+        sa.Column("created_at", UTCDateTime(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["pair_id"], ["pairs.id"], name=op.f("fk_acceptance_curves_pair_id_pairs")
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_acceptance_curves")),
+        sa.UniqueConstraint("digest", name=op.f("uq_acceptance_curves_digest")),
+    )
+    op.create_index(
+        op.f("ix_acceptance_curves_pair_id"), "acceptance_curves", ["pair_id"], unique=False
+    )
 
 
 def downgrade() -> None:
+    op.drop_index(op.f("ix_acceptance_curves_pair_id"), table_name="acceptance_curves")
+    op.drop_table("acceptance_curves")
     op.drop_table("mlflow_deliveries")
     op.drop_table("mlflow_sources")
     op.drop_index(op.f("ix_webhook_attempts_delivery_id"), table_name="webhook_attempts")

@@ -60,6 +60,8 @@ from registry.records_governance import (
     WatchResult,
 )
 from registry.records_lifecycle import (
+    AcceptanceCurve,
+    CurveImportResult,
     KSchedule,
     MlflowDeliveryRecord,
     MlflowSourceRecord,
@@ -507,6 +509,16 @@ class Backend(Protocol):
         self, *, name: str, state: str | None = ..., cursor: Cursor = ..., limit: Limit = ...
     ) -> Page[WebhookDeliveryRecord]:
         """A receiver's deliveries in order, with every attempt."""
+        ...
+
+    def export_acceptance_curve(
+        self, *, pair: str, measurement: int | None = ..., k_max: int = ...
+    ) -> AcceptanceCurve:
+        """Acceptance length per k per category with provenance (replayable in vLLM)."""
+        ...
+
+    def import_acceptance_curve(self, *, curve: AcceptanceCurve) -> CurveImportResult:
+        """Import an acceptance curve for a registered pair (provenance checked)."""
         ...
 
     def map_mlflow_model(

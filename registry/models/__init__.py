@@ -22,6 +22,7 @@ from registry.models.governance import (
 from registry.models.online import OnlineBucket, OnlineMonitor
 from registry.models.requests import RequestBatch, RequestId, RequestTag, TelemetrySample
 from registry.models.webhooks import (
+    AcceptanceCurveRow,
     MlflowDelivery,
     MlflowSource,
     WebhookAttempt,
@@ -31,6 +32,7 @@ from registry.models.webhooks import (
 )
 
 __all__ = [
+    "AcceptanceCurveRow",
     "ApiToken",
     "Artifact",
     "AuditEvent",

@@ -118,3 +118,18 @@ class MlflowDelivery(Base):
     event: Mapped[str] = mapped_column(String(100))
     received_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     outcome: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class AcceptanceCurveRow(Base):
+    """An acceptance curve imported for a registered pair (what a harness replays), kept by
+    its digest so the same curve imported twice is one row."""
+
+    __tablename__ = "acceptance_curves"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    pair_id: Mapped[int] = mapped_column(ForeignKey("pairs.id"), index=True)
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    provenance: Mapped[dict[str, Any]] = mapped_column(JSON)
+    curves: Mapped[dict[str, Any]] = mapped_column(JSON)
+    imported_by: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

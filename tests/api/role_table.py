@@ -80,6 +80,8 @@ ROLE_TABLE: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/v1/whoami"): ANY_TOKEN,
     ("DELETE", "/v1/tokens/{name}"): ADMIN_ONLY,
     ("GET", "/v1/pairs/{pair}/k-schedule"): READ_REGISTRY,
+    ("GET", "/v1/pairs/{pair}/acceptance-curve"): READ_REGISTRY,
+    ("POST", "/v1/acceptance-curves"): MEASURE,
     # MLflow in
     ("POST", "/v1/mlflow/sources"): WRITE_REGISTRY,
     ("GET", "/v1/mlflow/sources"): READ_REGISTRY,

@@ -252,6 +252,8 @@ def scenario(call: Recorder, models: dict[str, Path]) -> None:
     call("pair_economics", pair=pa, hardware="l4", batch=[1, 8, 64], context=512, price=0.8,
          compare=pb)  # fmt: skip
     call("k_schedule", pair=pa, hardware="l4", max_batch=64, context=512)
+    curve = call("export_acceptance_curve", pair=pa)
+    call("import_acceptance_curve", curve=curve)
     call("maintain_partitions", ahead=1)
 
     call("deprecate_pair", ref=pb, reason="superseded")
