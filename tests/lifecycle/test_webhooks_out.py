@@ -323,13 +323,18 @@ def test_receiver_killed_mid_stream_gets_everything_in_order(db_url: str, tmp_pa
         _wait(failing)
         with session_scope(db_url) as s:
             pending = wh.list_webhook_deliveries(s, name="rx", state="pending").items
-            assert len(pending) == 7
+            # 7 owed, or 8 when the kill landed after the receiver logged the 5th event but
+            # before its answer reached the dispatcher (that one is sent again: at least once)
+            assert len(pending) in (7, 8)
+            owed_while_down = len(pending)
             assert pending[0].last_status is None and "Connection" in (pending[0].last_error or "")
             assert all(p.attempts == 0 for p in pending[1:])  # nothing overtakes the head
+        restarted = time.monotonic()
         receiver = _start_receiver(port, secret, log)
         with session_scope(db_url) as s:
             drift.ack_flag(s, id=flag_id, reason="known", actor=ACTOR)
         _wait(lambda: len({r["id"] for r in _received(log)}) == 13)
+        drained = time.monotonic() - restarted
     finally:
         stop.set()
         receiver.kill()
@@ -347,3 +352,7 @@ def test_receiver_killed_mid_stream_gets_everything_in_order(db_url: str, tmp_pa
     seqs = [first_seq[i] for i in firsts]
     assert seqs == sorted(seqs)
     assert [r["type"] for r in got][-2:] == ["flag.opened", "flag.acknowledged"]
+    print(
+        f"receiver outage: {owed_while_down} events owed while down, all 13 delivered in order "
+        f"{drained:.2f} s after restart ({len(got)} deliveries, {len(got) - 13} duplicates)"
+    )
