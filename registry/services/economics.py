@@ -361,6 +361,12 @@ def k_schedule_for(
             cache[(b, k)] = float(got or 0.0)
         return cache[(b, k)]
 
+    if throughput(1, 0) <= 0 or throughput(1, int(p.k)) <= 0:
+        raise InvalidInput(
+            f"the pair's artifacts give no step cost on {profile.name} (no weights, no "
+            "overhead): there is no throughput to compare",
+            field="pair",
+        )
     choices = [x.k for x in lengths if x.k >= 1]
     ranges = ks.choose(throughput, choices, top)
     fixed = int(p.k)
