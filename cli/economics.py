@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
 from cli.backend import get_backend
 from cli.render import console, kv, print_json, table
 from registry.errors import InvalidInput
 from registry.records_economics import EconomicsReport
+from registry.records_lifecycle import KSchedule
 
 JSON = typer.Option(False, "--json", help="Machine-readable output.")
 hardware_app = typer.Typer(no_args_is_help=True, help="Hardware profiles for pair economics.")
@@ -246,6 +250,63 @@ def hardware_measure(
     )
 
 
+def show_k_schedule(r: KSchedule, err: bool = False) -> None:
+    """The schedule with its prediction beside each range."""
+    out = Console(stderr=True, soft_wrap=True) if err else console
+    out.print(
+        f"pair {r.pair_digest[:12]} ({r.method}, k={r.fixed_k}) on {r.hardware}, context "
+        f"{r.context}, measurement {r.measurement_id}"
+    )
+    out.print(
+        "acceptance length per k: "
+        + ", ".join(
+            f"{a.k}:{a.length:.2f}{'*' if a.source == 'extrapolated' else ''}" for a in r.acceptance
+        )  # fmt: skip
+    )
+    t = Table(title="draft length per batch size (predicted tokens/s)")
+    for col in ("batch", "k", "tokens/s", "plain", f"fixed k={r.fixed_k}", "gain vs fixed"):
+        t.add_column(col, justify="right")
+    for g in r.ranges:
+        t.add_row(
+            f"{g.start_bs}-{g.end_bs}", str(g.k),
+            f"{_si(g.tokens_per_s[0], '')}-{_si(g.tokens_per_s[1], '')}",
+            f"{_si(g.plain_tokens_per_s[0], '')}-{_si(g.plain_tokens_per_s[1], '')}",
+            f"{_si(g.fixed_k_tokens_per_s[0], '')}-{_si(g.fixed_k_tokens_per_s[1], '')}",
+            f"{g.gain_over_fixed_k[0]:.2f}x-{g.gain_over_fixed_k[1]:.2f}x",
+        )  # fmt: skip
+    out.print(t)
+    out.print(
+        f"mean over batch 1-{r.max_batch}: {r.mean_gain_over_fixed_k:.3f}x the fixed k, "
+        f"{r.mean_gain_over_plain:.3f}x plain decoding"
+    )
+    out.print(f"vLLM speculative_config: {json.dumps(r.vllm)}")
+    out.print(f"TensorRT-LLM speculative_config: {json.dumps(r.trtllm)}")
+    out.print("SGLang: no per-batch-size draft length setting")
+    for n in r.notes:
+        out.print(f"note: {n}")
+
+
+def k_schedule(
+    pair: str = typer.Argument(..., help="Pair id or digest prefix."),
+    hardware: str | None = typer.Option(None, help="Hardware profile (see `hardware list`)."),
+    context: int = typer.Option(4096, help="Tokens per sequence."),
+    max_batch: int | None = typer.Option(None, "--max-batch", help="Largest batch size."),
+    k_max: int = typer.Option(8, "--k-max", help="Longest draft length to consider."),
+    category: str | None = typer.Option(None, help="One category's acceptance."),
+    json_out: bool = JSON,
+) -> None:
+    """Draft length per batch size that maximises predicted throughput (k=0: don't speculate)."""
+    r = get_backend().k_schedule(
+        pair=pair, hardware=hardware, context=context, max_batch=max_batch, k_max=k_max,
+        category=category,
+    )  # fmt: skip
+    if json_out:
+        print_json(r)
+        return
+    show_k_schedule(r)
+
+
 def register(app: typer.Typer) -> None:
     app.command("economics")(economics)
+    app.command("k-schedule")(k_schedule)
     app.add_typer(hardware_app, name="hardware", help="Hardware profiles for pair economics.")

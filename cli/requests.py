@@ -53,32 +53,65 @@ def read_trusted(public_key: Path | None, trust_file: Path | None) -> str | None
 # --- export -----------------------------------------------------------------------------
 
 
-def _export(engine: str, deployment: str, json_out: bool) -> None:
+def _export(
+    engine: str,
+    deployment: str,
+    json_out: bool,
+    hardware: str | None = None,
+    context: int = 4096,
+    max_batch: int | None = None,
+) -> None:
     result = get_backend().export_serving(
-        deployment=deployment, engine=cast(Literal["vllm", "sglang"], engine)
+        deployment=deployment,
+        engine=cast(Literal["vllm", "sglang"], engine),
+        hardware=hardware,
+        context=context,
+        max_batch=max_batch,
     )
     if json_out:
         print_json(result)
         return
     print(result.command)
+    if result.k_schedule is not None:
+        from cli.economics import show_k_schedule
+
+        show_k_schedule(result.k_schedule, err=True)
+
+
+HARDWARE = typer.Option(
+    None,
+    "--hardware",
+    help="Hardware profile: add the draft length per batch size that maximises predicted "
+    "throughput there (the prediction goes to stderr).",
+)
+CONTEXT = typer.Option(4096, "--context", help="Tokens per sequence, for the schedule.")
+MAX_BATCH = typer.Option(None, "--max-batch", help="Largest batch size to schedule.")
 
 
 @export_app.command("vllm")
 def export_vllm(
     deployment: str = typer.Argument(..., help="Deployment whose live pair to serve."),
     json_out: bool = JSON,
+    hardware: str | None = HARDWARE,
+    context: int = CONTEXT,
+    max_batch: int | None = MAX_BATCH,
 ) -> None:
-    """vLLM launch arguments: --model/--revision pinned, --speculative-config JSON."""
-    _export("vllm", deployment, json_out)
+    """vLLM launch arguments: --model/--revision pinned, --speculative-config JSON (with
+    num_speculative_tokens_per_batch_size when --hardware is given)."""
+    _export("vllm", deployment, json_out, hardware, context, max_batch)
 
 
 @export_app.command("sglang")
 def export_sglang(
     deployment: str = typer.Argument(..., help="Deployment whose live pair to serve."),
     json_out: bool = JSON,
+    hardware: str | None = HARDWARE,
+    context: int = CONTEXT,
+    max_batch: int | None = MAX_BATCH,
 ) -> None:
-    """SGLang launch flags with the draft model's revision pinned."""
-    _export("sglang", deployment, json_out)
+    """SGLang launch flags with the draft model's revision pinned (SGLang takes no
+    per-batch-size draft length; --hardware reports the schedule only)."""
+    _export("sglang", deployment, json_out, hardware, context, max_batch)
 
 
 @export_app.command("speculators")

@@ -47,6 +47,11 @@ def serve(
 
         start_background_worker(settings)
         console.print("background worker: on (PAIRREG_EMBEDDED_WORKER=0 turns it off)")
+    if settings.webhook_dispatch:
+        from cli.webhooks import make_dispatcher
+
+        make_dispatcher(settings, "serve").start()
+        console.print("webhook dispatcher: on (PAIRREG_WEBHOOK_DISPATCH=false turns it off)")
     # The lanes' threads (api/lanes.py) find their connections open, not opened under load.
     db.warm_pool(settings.db_url, settings.read_concurrency + settings.write_concurrency)
     app = create_app(settings)

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from registry import audit_tree
+from registry import audit_tree, webhooks
 from registry.canonical import canonical_json
 from registry.errors import InvalidInput
 from registry.models import AuditEvent, utcnow
@@ -82,6 +82,8 @@ def append_event(
     session.add(event)
     session.flush()
     audit_tree.append_leaf(session, seq, body)
+    # Decisions owed to webhook subscribers join the outbox in this same transaction.
+    webhooks.enqueue(session, event, payload)
     return event
 
 

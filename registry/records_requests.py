@@ -9,6 +9,8 @@ from typing import Annotated, Any
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from registry.records_lifecycle import KSchedule
+
 MAX_BATCH = 10_000
 
 
@@ -228,3 +230,8 @@ class ExportResult(BaseModel):
     args: list[str]
     command: str
     speculative_config: dict[str, Any] | None = None
+    k_schedule: KSchedule | None = Field(
+        default=None,
+        description="With a hardware profile: the draft length per batch size the launch "
+        "arguments carry, with its predicted throughput (docs/lifecycle.md).",
+    )

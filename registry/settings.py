@@ -113,6 +113,34 @@ class Settings(BaseSettings):
         "otherwise it needs a token with a registry-reading role.",
     )
 
+    webhook_backoff_base: float = Field(
+        default=1.0,
+        gt=0,
+        description="Seconds before the first retry of an outgoing webhook; doubles per "
+        "failed attempt (docs/lifecycle.md).",
+    )
+    webhook_backoff_max: float = Field(
+        default=600.0, gt=0, description="Longest wait between two attempts at one webhook."
+    )
+    webhook_timeout: float = Field(
+        default=10.0, gt=0, description="Seconds a webhook receiver has to answer."
+    )
+    webhook_dispatch: bool = Field(
+        default=True,
+        description="Run the outgoing webhook dispatcher inside `pairreg serve` "
+        "(`pairreg webhooks dispatch` runs it on its own).",
+    )
+    mlflow_webhook_secret: str | None = Field(
+        default=None,
+        description="Shared secret of the MLflow registry webhook that calls "
+        "POST /v1/mlflow/webhook; unset, the route refuses every delivery.",
+    )
+    mlflow_webhook_tolerance: float = Field(
+        default=300.0,
+        gt=0,
+        description="Seconds an MLflow delivery's timestamp may differ from this clock.",
+    )
+
     @property
     def home_dir(self) -> Path:
         return self.home.expanduser()

@@ -6,4 +6,5 @@ ROUTERS = [
     "api.routes.dashboard",
     "api.operations",
     "api.routes.serving",
+    "api.routes.mlflow_webhook",
 ]

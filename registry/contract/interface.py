@@ -60,6 +60,16 @@ from registry.records_governance import (
     WatchResult,
     WorkerKeyRecord,
 )
+from registry.records_lifecycle import (
+    AcceptanceCurve,
+    CurveImportResult,
+    KSchedule,
+    MlflowDeliveryRecord,
+    MlflowSourceRecord,
+    WebhookCreated,
+    WebhookDeliveryRecord,
+    WebhookRecord,
+)
 from registry.records_online import OnlineAlpha
 from registry.records_requests import (
     ExportResult,
@@ -484,6 +494,68 @@ class Backend(Protocol):
         """Poll watched Hub branches once."""
         ...
 
+    def create_webhook(
+        self,
+        *,
+        name: str,
+        url: str,
+        events: list[str] = ...,
+        deployment: str | None = ...,
+        secret: str | None = ...,
+    ) -> WebhookCreated:
+        """Subscribe a receiver to pairreg's decisions (its signing secret is shown once)."""
+        ...
+
+    def list_webhooks(self, *, cursor: Cursor = ..., limit: Limit = ...) -> Page[WebhookRecord]:
+        """List webhooks."""
+        ...
+
+    def get_webhook(self, *, name: str) -> WebhookRecord:
+        """One webhook with its pending and delivered counts."""
+        ...
+
+    def disable_webhook(self, *, name: str) -> WebhookRecord:
+        """Stop sending to a receiver (what it is owed is kept)."""
+        ...
+
+    def enable_webhook(self, *, name: str) -> WebhookRecord:
+        """Resume sending, oldest owed event first."""
+        ...
+
+    def list_webhook_deliveries(
+        self, *, name: str, state: str | None = ..., cursor: Cursor = ..., limit: Limit = ...
+    ) -> Page[WebhookDeliveryRecord]:
+        """A receiver's deliveries in order, with every attempt."""
+        ...
+
+    def export_acceptance_curve(
+        self, *, pair: str, measurement: int | None = ..., k_max: int = ...
+    ) -> AcceptanceCurve:
+        """Acceptance length per k per category with provenance (replayable in vLLM)."""
+        ...
+
+    def import_acceptance_curve(self, *, curve: AcceptanceCurve) -> CurveImportResult:
+        """Import an acceptance curve for a registered pair (provenance checked)."""
+        ...
+
+    def map_mlflow_model(
+        self, *, registered_model: str, lineage: str, role: str = ..., aliases: list[str] = ...
+    ) -> MlflowSourceRecord:
+        """Follow an MLflow registered model as a pairreg lineage."""
+        ...
+
+    def list_mlflow_sources(
+        self, *, cursor: Cursor = ..., limit: Limit = ...
+    ) -> Page[MlflowSourceRecord]:
+        """MLflow registered models followed, and their lineages."""
+        ...
+
+    def list_mlflow_deliveries(
+        self, *, cursor: Cursor = ..., limit: Limit = ...
+    ) -> Page[MlflowDeliveryRecord]:
+        """MLflow webhook deliveries accepted, with what each did."""
+        ...
+
     def ingest_requests(self, *, tags: list[TagIn] | list[dict[str, Any]]) -> IngestResult:
         """Ingest a batch of request tags (idempotent by request id)."""
         ...
@@ -527,7 +599,28 @@ class Backend(Protocol):
         """Online α of a deployment over time, tested against its validated α."""
         ...
 
-    def export_serving(self, *, deployment: str, engine: Literal["vllm", "sglang"]) -> ExportResult:
+    def k_schedule(
+        self,
+        *,
+        pair: str,
+        hardware: str | None = ...,
+        context: int = ...,
+        max_batch: int | None = ...,
+        k_max: int = ...,
+        category: str | None = ...,
+    ) -> KSchedule:
+        """Draft length per batch size that maximises predicted throughput (vLLM, TensorRT-LLM)."""
+        ...
+
+    def export_serving(
+        self,
+        *,
+        deployment: str,
+        engine: Literal["vllm", "sglang"],
+        hardware: str | None = ...,
+        context: int = ...,
+        max_batch: int | None = ...,
+    ) -> ExportResult:
         """Serving-engine launch arguments for a deployment's live pair."""
         ...
 

@@ -23,8 +23,18 @@ from registry.models.governance import (
 )
 from registry.models.online import OnlineBucket, OnlineMonitor
 from registry.models.requests import RequestBatch, RequestId, RequestTag, TelemetrySample
+from registry.models.webhooks import (
+    AcceptanceCurveRow,
+    MlflowDelivery,
+    MlflowSource,
+    WebhookAttempt,
+    WebhookDelivery,
+    WebhookEvent,
+    WebhookSubscription,
+)
 
 __all__ = [
+    "AcceptanceCurveRow",
     "ApiToken",
     "Artifact",
     "AuditEvent",
@@ -37,6 +47,8 @@ __all__ = [
     "Lineage",
     "LogCheckpoint",
     "Measurement",
+    "MlflowDelivery",
+    "MlflowSource",
     "OnlineBucket",
     "OnlineMonitor",
     "Pair",
@@ -49,6 +61,10 @@ __all__ = [
     "TelemetrySample",
     "UTCDateTime",
     "Validation",
+    "WebhookAttempt",
+    "WebhookDelivery",
+    "WebhookEvent",
+    "WebhookSubscription",
     "Worker",
     "WorkerKey",
     "utcnow",

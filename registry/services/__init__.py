@@ -7,12 +7,14 @@ from registry.services import (
     artifacts,
     audit_log,
     bundles,
+    curves,
     deployments,
     drift,
     duties,
     exports,
     jobs,
     measurements,
+    mlflow_sources,
     online,
     pairs,
     policies,
@@ -23,6 +25,7 @@ from registry.services import (
     transparency,
     validation,
     watch,
+    webhooks,
 )
 from registry.services.base import OPERATIONS, operation
 
@@ -31,12 +34,14 @@ __all__ = [
     "artifacts",
     "audit_log",
     "bundles",
+    "curves",
     "deployments",
     "drift",
     "duties",
     "exports",
     "jobs",
     "measurements",
+    "mlflow_sources",
     "online",
     "operation",
     "pairs",
@@ -48,4 +53,5 @@ __all__ = [
     "transparency",
     "validation",
     "watch",
+    "webhooks",
 ]

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from registry.economics import facts as ef
 from registry.economics import hardware as hw_mod
 from registry.economics import model as em
+from registry.economics import schedule as ks
 from registry.errors import InvalidInput
 from registry.manifest import hash_file
 from registry.models import Artifact, Measurement, Pair
@@ -29,6 +30,7 @@ from registry.records_economics import (
     MeasuredEconomics,
     PartFacts,
 )
+from registry.records_lifecycle import AcceptanceLengthRecord, KRange, KSchedule
 from registry.refs import resolve_pair
 from registry.services.base import operation
 from registry.settings import get_settings
@@ -292,3 +294,160 @@ def list_hardware(session: Session) -> HardwareList:
     del session
     profiles = hw_mod.load_profiles(_home())
     return HardwareList(items=[hardware_record(p) for _, p in sorted(profiles.items())])
+
+
+# --- speculate only where it pays (docs/lifecycle.md) ------------------------------------
+
+
+def k_schedule_for(
+    session: Session,
+    p: Pair,
+    *,
+    profile: hw_mod.HardwareProfile,
+    context: int,
+    max_batch: int | None,
+    k_max: int,
+    category: str | None = None,
+    memory_fraction: float = em.DEFAULT_MEMORY_FRACTION,
+) -> KSchedule:
+    """The throughput-maximising k per batch size for a pair on a profile (the one
+    computation behind ``k_schedule`` and ``export_serving --hardware``)."""
+    if p.config.get("tree"):
+        raise InvalidInput(
+            f"pair {p.pair_digest[:12]} drafts a tree: its size is not a draft length k",
+            field="pair",
+        )
+    if int(p.k) > k_max:
+        raise InvalidInput(f"k_max must be at least the pair's k ({p.k})", field="k_max")
+    m = latest_measurement(session, p)
+    if m is None:
+        raise InvalidInput(f"pair {p.pair_digest[:12]} has no measurement", field="pair")
+    group = (m.categories or {}).get(category) if category else m.overall
+    if not isinstance(group, dict):
+        raise InvalidInput(f"measurement {m.id} has no category {category!r}", field="category")
+    per_pos = list(group.get("per_position") or [])
+    if not per_pos:
+        raise InvalidInput(
+            f"measurement {m.id} has no per-position acceptance to derive τ per k from",
+            field="pair",
+        )
+    lengths = ks.acceptance_lengths(
+        per_pos, list(group.get("per_position_conditional") or []), k_max
+    )
+    dtype = str(p.config.get("dtype", "float32"))
+    target, _, notes = _part(p.target, "target", dtype, context)
+    drafter = None
+    if p.drafter is not None:
+        drafter, _, d_notes = _part(p.drafter, "drafter", dtype, context)
+        notes += d_notes
+    fits = em.max_batch(
+        profile, [target] + ([drafter] if drafter else []), context, memory_fraction
+    )
+    if fits < 1:
+        raise InvalidInput(
+            f"the pair does not fit on {profile.name} at context {context}", field="hardware"
+        )
+    top = min(fits, max_batch or ks.DEFAULT_MAX_BATCH)
+    if max_batch and max_batch > fits:
+        notes.append(f"batch sizes above {fits} do not fit beside the drafter: schedule ends there")
+    cache: dict[tuple[int, int], float] = {}
+
+    def throughput(b: int, k: int) -> float:
+        if (b, k) not in cache:
+            shape = em.shape_for(p.method, max(k, 1), lengths[k].length if k else 1.0)
+            pt = em.point(target, drafter, shape, profile, dtype, batch=b, context=context,
+                          price=None)  # fmt: skip
+            got = pt.plain_tokens_per_s if k == 0 else pt.spec_tokens_per_s
+            cache[(b, k)] = float(got or 0.0)
+        return cache[(b, k)]
+
+    if throughput(1, 0) <= 0 or throughput(1, int(p.k)) <= 0:
+        raise InvalidInput(
+            f"the pair's artifacts give no step cost on {profile.name} (no weights, no "
+            "overhead): there is no throughput to compare",
+            field="pair",
+        )
+    choices = [x.k for x in lengths if x.k >= 1]
+    ranges = ks.choose(throughput, choices, top)
+    fixed = int(p.k)
+    gains = [throughput(b, _k_at(ranges, b)) / throughput(b, fixed) for b in range(1, top + 1)]
+    plain_gains = [throughput(b, _k_at(ranges, b)) / throughput(b, 0) for b in range(1, top + 1)]
+    if any(x.source == "extrapolated" for x in lengths):
+        measured = max(x.k for x in lengths if x.source == "measured")
+        notes.append(
+            f"acceptance beyond k={measured} is extrapolated from the last measured position"
+        )
+    k_top = max(r.k for r in ranges)
+    return KSchedule(
+        pair_digest=p.pair_digest,
+        method=p.method,
+        fixed_k=fixed,
+        hardware=profile.name,
+        context=context,
+        dtype=dtype,
+        measurement_id=m.id,
+        category=category,
+        max_batch=top,
+        acceptance=[AcceptanceLengthRecord(**vars(x)) for x in lengths],
+        ranges=[
+            KRange(
+                start_bs=r.start_bs,
+                end_bs=r.end_bs,
+                k=r.k,
+                tokens_per_s=list(r.tokens_per_s),
+                plain_tokens_per_s=list(r.plain_tokens_per_s),
+                fixed_k_tokens_per_s=[throughput(r.start_bs, fixed), throughput(r.end_bs, fixed)],
+                gain_over_fixed_k=[
+                    r.tokens_per_s[0] / throughput(r.start_bs, fixed),
+                    r.tokens_per_s[1] / throughput(r.end_bs, fixed),
+                ],
+            )
+            for r in ranges
+        ],
+        mean_gain_over_fixed_k=sum(gains) / len(gains),
+        mean_gain_over_plain=sum(plain_gains) / len(plain_gains),
+        vllm={
+            # vLLM caps every scheduled k at num_speculative_tokens, which must be >= 1
+            "num_speculative_tokens": max(k_top, 1),
+            "num_speculative_tokens_per_batch_size": ks.vllm_schedule(ranges),
+        },
+        trtllm={"draft_len_schedule": ks.trtllm_draft_len_schedule(ranges)},
+        sglang=None,
+        notes=notes,
+    )
+
+
+def _k_at(ranges: list[ks.Range], b: int) -> int:
+    return next(r.k for r in ranges if r.start_bs <= b <= r.end_bs)
+
+
+@operation
+def k_schedule(
+    session: Session,
+    *,
+    pair: Annotated[str, Field(min_length=1, description="Pair id or digest prefix.")],
+    hardware: Annotated[
+        str | None, Field(max_length=100, description="Profile name (default as economics).")
+    ] = None,
+    context: Annotated[int, Field(ge=1, le=10_000_000, description="Tokens per sequence.")] = (
+        DEFAULT_CONTEXT
+    ),
+    max_batch: Annotated[
+        int | None, Field(ge=1, le=4096, description="Largest batch size to schedule.")
+    ] = None,
+    k_max: Annotated[int, Field(ge=1, le=16, description="Longest draft length to consider.")] = (
+        ks.K_MAX
+    ),
+    category: Annotated[
+        str | None, Field(description="Use one category's acceptance instead of overall.")
+    ] = None,
+) -> KSchedule:
+    """The draft length that maximises predicted throughput at each batch size (0 where
+    speculation loses), as vLLM's and TensorRT-LLM's batch-size schedules, with the
+    prediction and the gain over the pair's fixed k beside each range."""
+    p = resolve_pair(session, pair)
+    profile = hw_mod.get_profile(hardware or default_profile_name(), _home())
+    return k_schedule_for(
+        session, p, profile=profile, context=context, max_batch=max_batch, k_max=k_max,
+        category=category,
+    )  # fmt: skip

@@ -23,6 +23,7 @@ from registry.manifest import hash_file
 from registry.materialize import locate
 from registry.methods import get_method
 from registry.models import Artifact, Pair
+from registry.records_lifecycle import KSchedule
 from registry.records_requests import ExportResult, SpeculatorsExport
 from registry.refs import resolve_deployment, resolve_pair
 from registry.services.artifacts import to_record as artifact_record
@@ -55,7 +56,9 @@ def _live_pair(session: Session, deployment: str) -> Pair:
     return pair
 
 
-def vllm_args(pair: Pair, deployment: str) -> tuple[list[str], dict[str, Any]]:
+def vllm_args(
+    pair: Pair, deployment: str, schedule: KSchedule | None = None
+) -> tuple[list[str], dict[str, Any]]:
     repo, commit = _pinned(pair.target, "target")
     cfg = pair.config
     m = get_method(pair.method)
@@ -81,6 +84,10 @@ def vllm_args(pair: Pair, deployment: str) -> tuple[list[str], dict[str, Any]]:
         choices = [tuple(c) for c in tree["choices"]]
         spec["speculative_token_tree"] = str(choices)
         spec["num_speculative_tokens"] = len(choices)
+    if schedule is not None:
+        spec["num_speculative_tokens_per_batch_size"] = schedule.vllm[
+            "num_speculative_tokens_per_batch_size"
+        ]
     args = [
         "--model", repo,
         "--revision", commit,
@@ -132,7 +139,25 @@ def sglang_args(pair: Pair, deployment: str) -> list[str]:
 
 @operation
 def export_serving(
-    session: Session, *, deployment: str, engine: Literal["vllm", "sglang"]
+    session: Session,
+    *,
+    deployment: str,
+    engine: Literal["vllm", "sglang"],
+    hardware: Annotated[
+        str | None,
+        Field(
+            max_length=100,
+            description="A hardware profile: add the draft length per batch size that "
+            "maximises predicted throughput there (vLLM's "
+            "num_speculative_tokens_per_batch_size; never above the pair's k).",
+        ),
+    ] = None,
+    context: Annotated[
+        int, Field(ge=1, le=10_000_000, description="Tokens per sequence, for the schedule.")
+    ] = 4096,
+    max_batch: Annotated[
+        int | None, Field(ge=1, le=4096, description="Largest batch size to schedule.")
+    ] = None,
 ) -> ExportResult:
     """The engine's launch arguments for the pair live on ``deployment`` now."""
     if engine not in ENGINES:
@@ -144,11 +169,27 @@ def export_serving(
             f"{pair.config.get('acceptance')}, which {engine}'s launch flags cannot express",
             field="deployment",
         )
+    schedule = None
+    if hardware is not None:
+        from registry.economics.hardware import get_profile
+        from registry.services.economics import _home, k_schedule_for
+
+        # k_max is the pair's own k: the schedule only shortens or switches off what the
+        # pair digest covers, so num_speculative_tokens stays the registered k.
+        schedule = k_schedule_for(
+            session, pair, profile=get_profile(hardware, _home()), context=context,
+            max_batch=max_batch, k_max=int(pair.k),
+        )  # fmt: skip
     if engine == "vllm":
-        args, spec = vllm_args(pair, deployment)
+        args, spec = vllm_args(pair, deployment, schedule)
         command = shlex.join(["python", "-m", "vllm.entrypoints.openai.api_server", *args])
     else:
         args, spec = sglang_args(pair, deployment), None
+        if schedule is not None:
+            schedule.notes.append(
+                "SGLang has no per-batch-size draft length: launch it with the pair's k, or "
+                "route batches above the last k>0 range to a deployment without speculation"
+            )
         command = shlex.join(["python", "-m", "sglang.launch_server", *args])
     return ExportResult(
         engine=engine,
@@ -157,6 +198,7 @@ def export_serving(
         args=args,
         command=command,
         speculative_config=spec,
+        k_schedule=schedule,
     )
 
 

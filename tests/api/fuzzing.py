@@ -136,6 +136,8 @@ def seed(root: Path, template: Path, hub: HubServer) -> Seeded:
         "engines": ["vllm", "sglang"],
         "victims": list(VICTIMS),
         "sources": [str(models[k]) for k in ("t1", "t2", "d", "heads")] + ["~0"],
+        "webhooks": [w.name for w in local.list_webhooks(limit=500).items],
+        "urls": ["https://ci.example.com/hook", "http://127.0.0.1:9/hook"],
     }
     values["promotable"] = [str(a.id), c]
     values["running"] = running
@@ -177,7 +179,11 @@ BINDINGS: dict[tuple[str, ...], dict[str, str]] = {
     ("register_pair",): {"body.target": "artifacts", "body.draft": "artifacts"},
     ("list_pairs",): {"query.target": "artifacts"},
     ("get_pair", "deprecate_pair", "retire_pair"): {"path.ref": "pairs"},
-    ("export_speculators",): {"path.pair": "pairs"},
+    ("export_speculators", "k_schedule", "export_acceptance_curve"): {"path.pair": "pairs"},
+    ("get_webhook", "disable_webhook", "enable_webhook", "list_webhook_deliveries"): {
+        "path.name": "webhooks"
+    },
+    ("create_webhook",): {"body.url": "urls"},
     ("validate_pair",): {
         "path.ref": "pairs",
         "body.policy": "policies",

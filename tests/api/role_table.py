@@ -15,6 +15,8 @@ change there shows up as a failing test, not as a silently widened permission.
 from __future__ import annotations
 
 PUBLIC: frozenset[str] = frozenset()  # no token needed
+# Authenticated by an HMAC signature instead of a token (tests/lifecycle/test_mlflow_in.py).
+SIGNED: frozenset[str] = frozenset({"signed"})
 
 ADMIN_ONLY = frozenset({"admin"})
 # workers read the pairs, policies, artifacts and baselines of the jobs they run
@@ -77,6 +79,21 @@ ROLE_TABLE: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/v1/tokens"): ADMIN_ONLY,
     ("GET", "/v1/whoami"): ANY_TOKEN,
     ("DELETE", "/v1/tokens/{name}"): ADMIN_ONLY,
+    ("GET", "/v1/pairs/{pair}/k-schedule"): READ_REGISTRY,
+    ("GET", "/v1/pairs/{pair}/acceptance-curve"): READ_REGISTRY,
+    ("POST", "/v1/acceptance-curves"): MEASURE,
+    # MLflow in
+    ("POST", "/v1/mlflow/sources"): WRITE_REGISTRY,
+    ("GET", "/v1/mlflow/sources"): READ_REGISTRY,
+    ("GET", "/v1/mlflow/deliveries"): READ_AUDIT,
+    ("POST", "/v1/mlflow/webhook"): SIGNED,
+    # outgoing webhooks
+    ("POST", "/v1/webhooks"): ADMIN_ONLY,
+    ("GET", "/v1/webhooks"): ADMIN_ONLY,
+    ("GET", "/v1/webhooks/{name}"): ADMIN_ONLY,
+    ("POST", "/v1/webhooks/{name}/disable"): ADMIN_ONLY,
+    ("POST", "/v1/webhooks/{name}/enable"): ADMIN_ONLY,
+    ("GET", "/v1/webhooks/{name}/deliveries"): ADMIN_ONLY,
     # governance: measurements, jobs, drift, watch
     ("POST", "/v1/measurements"): MEASURE,
     ("GET", "/v1/measurements"): READ_REGISTRY,

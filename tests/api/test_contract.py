@@ -156,7 +156,8 @@ RESULT = {
         "code": {"prompts": 2, "alpha": 0.8, "alpha_ci": [0.7, 0.9], "tau": 3.0},
     },
     "overall": {"prompts": 2, "alpha": 0.8, "alpha_ci": [0.7, 0.9], "tau": 3.0,
-                "draft_acceptance_rate": 0.6},
+                "draft_acceptance_rate": 0.6, "per_position": [0.8, 0.6, 0.4, 0.3],
+                "per_position_conditional": [0.8, 0.75, 0.67, 0.75]},
     "prompts": [
         {"id": "c1", "category": "code", "output_ids": [1, 2, 3], "steps": 1, "drafted": 4,
          "accepted": 3, "rejections": 1, "target_calls": 2, "emitted": 4},
@@ -254,10 +255,22 @@ def scenario(call: Recorder, models: dict[str, Path]) -> None:
     call("list_hardware")
     call("pair_economics", pair=pa, hardware="l4", batch=[1, 8, 64], context=512, price=0.8,
          compare=pb)  # fmt: skip
+    call("k_schedule", pair=pa, hardware="l4", max_batch=64, context=512)
+    curve = call("export_acceptance_curve", pair=pa)
+    call("import_acceptance_curve", curve=curve)
     call("maintain_partitions", ahead=1)
 
     call("deprecate_pair", ref=pb, reason="superseded")
     call("retire_pair", ref=pb, reason="gone")
+    call("create_webhook", name="ci", url="https://ci.example.com/hook", events=["flag.opened"])
+    call("list_webhooks")
+    call("get_webhook", name="ci")
+    call("disable_webhook", name="ci")
+    call("enable_webhook", name="ci")
+    call("list_webhook_deliveries", name="ci")
+    call("map_mlflow_model", registered_model="chat", lineage="acme/t", aliases=["champion"])
+    call("list_mlflow_sources")
+    call("list_mlflow_deliveries")
     call("create_token", name="ci", role="ingest")
     call("create_token", name="gpu-1", role="worker")
     call("register_worker_key", token="gpu-1", public_key=WORKER_PUBLIC_KEY)
@@ -372,6 +385,7 @@ def test_every_v1_route_comes_from_a_declaration() -> None:
     declared = {(op.method, op.path) for op in OPERATIONS if op.path}
     declared |= {("GET", op.path) for op in OPERATIONS if op.also_get}
     serving = {("POST", "/v1/completions"), ("POST", "/v1/chat/completions")}
+    serving.add(("POST", "/v1/mlflow/webhook"))  # signed by MLflow, not a bearer-token call
     for route in iter_routes(app):
         if not route.path.startswith("/v1/"):
             continue

@@ -12,7 +12,7 @@ from api.route_index import iter_routes
 from registry.roles import ROLES
 from registry.settings import Settings
 from tests.api.conftest import ApiEnv
-from tests.api.role_table import DEFAULT_PATH_VALUE, PATH_VALUES, PUBLIC, ROLE_TABLE
+from tests.api.role_table import DEFAULT_PATH_VALUE, PATH_VALUES, PUBLIC, ROLE_TABLE, SIGNED
 
 _PARAM = re.compile(r"\{(\w+)(?::\w+)?\}")
 
@@ -57,6 +57,13 @@ def test_role_matrix(api: ApiEnv) -> None:
         admitted = ROLE_TABLE.get((method, path))
         if admitted is None:
             continue  # reported by test_every_route_has_a_declared_role
+        if admitted is SIGNED:  # no token opens it: only a valid signature
+            for headers in [{}, *bad_tokens.values(), *(api.auth(r) for r in ROLES)]:
+                status = _send(api, method, path, headers)
+                checked += 1
+                if status != 401:
+                    problems.append(f"{method} {path} unsigned: expected 401, got {status}")
+            continue
         if admitted is PUBLIC:
             status = _send(api, method, path, {})
             checked += 1
