@@ -180,6 +180,18 @@ def engines(
         manager.stop()
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests grouped by the deployment they serve (``pytest.mark.engine(DEPLOYMENT)``), so
+    each vLLM server starts once per session; tests that serve nothing run first."""
+    order = {name: i for i, name in enumerate(DEPLOYMENTS.values())}
+
+    def key(item: pytest.Item) -> int:
+        mark = item.get_closest_marker("engine")
+        return order.get(mark.args[0], len(order)) if mark and mark.args else -1
+
+    items.sort(key=key)
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not FIGURES:
         return

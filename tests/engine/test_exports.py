@@ -71,10 +71,12 @@ def test_export_of_local_files_names_the_verified_directories(
         gen.write_bytes(original)
 
 
+@pytest.mark.engine(DEPLOYMENTS["draft_model"])
 def test_draft_model_export_serves(engines: Engines) -> None:
     _check_serves(engines, DEPLOYMENTS["draft_model"], "def add(a, b):")
 
 
+@pytest.mark.engine(DEPLOYMENTS["prompt_lookup"])
 def test_ngram_export_serves(engines: Engines, engine_registry: EngineRegistry) -> None:
     export = engine_registry.export_vllm(DEPLOYMENTS["prompt_lookup"])
     spec = json.loads(export["args"][export["args"].index("--speculative-config") + 1])
@@ -84,6 +86,7 @@ def test_ngram_export_serves(engines: Engines, engine_registry: EngineRegistry) 
     _check_serves(engines, DEPLOYMENTS["prompt_lookup"], prompt)
 
 
+@pytest.mark.engine(DEPLOYMENTS["eagle3"])
 def test_eagle3_speculators_export_serves(
     engines: Engines, engine_registry: EngineRegistry, tmp_path: Path
 ) -> None:
