@@ -98,7 +98,7 @@ $(VLLM_VENV)/.installed: $(VLLM_CONSTRAINTS)
 engines: $(VLLM_VENV)/.installed
 
 test-engines: venv engines
-	PAIRREG_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(BIN)/pytest -p no:cacheprovider -m engine \
+	PAIRREG_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(BIN)/pytest -p no:cacheprovider -m engine \
 		--durations=0 $(PYTEST_ARGS) tests/engine
 
 clean:

