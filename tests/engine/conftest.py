@@ -147,25 +147,29 @@ class Engines:
         self.exports: dict[str, dict[str, Any]] = {}
 
     def serve(
-        self, deployment: str, args: list[str] | None = None, env: dict[str, str] | None = None
+        self,
+        deployment: str,
+        args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        variant: str | None = None,
     ) -> VllmServer:
         """The running server for ``deployment``: the export's own arguments unless
         ``args`` replaces them (EAGLE-3 from the speculators export); ``env`` adds to the
-        engine's environment (``HF_ENDPOINT`` for Hub exports)."""
-        if self.current and self.current[0] == deployment:
+        engine's environment (``HF_ENDPOINT`` for Hub exports). A ``variant`` (a server
+        deliberately other than the export, under the same served name) is its own server."""
+        key = f"{deployment}:{variant}" if variant else deployment
+        if self.current and self.current[0] == key:
             return self.current[1]
         self.stop()
         if args is None:
             export = self.registry.export_vllm(deployment)
             self.exports[deployment] = export
             args = list(export["args"])
-        server = VllmServer(
-            self.python, args, free_port(), self.logs / f"{deployment}.log", env=env
-        )
+        server = VllmServer(self.python, args, free_port(), self.logs / f"{key}.log", env=env)
         t0 = time.monotonic()
         server.start()
-        FIGURES.setdefault("load_seconds", {})[deployment] = round(time.monotonic() - t0, 1)
-        self.current = (deployment, server)
+        FIGURES.setdefault("load_seconds", {})[key] = round(time.monotonic() - t0, 1)
+        self.current = (key, server)
         return server
 
     def stop(self) -> None:
