@@ -60,7 +60,7 @@ def _scrape(reg: EngineRegistry, url: str) -> dict[str, Any]:
     return dict(json.loads(out))
 
 
-def test_swapped_target_flagged_from_vllm_counters(
+def test_edited_speculative_config_flagged_from_vllm_counters(
     engines: Engines, engine_registry: EngineRegistry
 ) -> None:
     reg = engine_registry
