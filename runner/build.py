@@ -146,6 +146,7 @@ def build_engine(
         typical_epsilon=s.typical_epsilon,
         typical_delta=s.typical_delta,
         strict_prefix_tokens=s.strict_prefix_tokens,
+        full_last_draft=s.full_last_draft,
     )
     eos = eos_ids(target, tokenizer)
     engine = SpeculativeEngine(target, drafter, options, eos, generator)

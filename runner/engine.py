@@ -70,6 +70,8 @@ class DecodeOptions:
     typical_epsilon: float = TYPICAL_EPSILON
     typical_delta: float = TYPICAL_DELTA
     strict_prefix_tokens: int = 0
+    # vLLM's counting: a full k drafted on the last steps (see MeasureSettings)
+    full_last_draft: bool = False
 
     @property
     def greedy(self) -> bool:
@@ -176,7 +178,9 @@ class SpeculativeEngine:
 
         while not done and len(out) < o.max_new_tokens:
             budget = o.max_new_tokens - len(out)
-            k_eff = min(k, budget - 1)
+            # trimmed, the last draft never runs past the budget; in full, the step drafts
+            # and verifies k anyway and only the budget's tokens are emitted (vLLM)
+            k_eff = k if o.full_last_draft else min(k, budget - 1)
             new_hidden = torch.cat(feats) if feats else None
             if self.tree_mode:
                 new, kept_hidden = self._tree_step(run, tokens, k_eff, new_hidden)
@@ -185,7 +189,7 @@ class SpeculativeEngine:
             if kept_hidden is not None:
                 # a drafter that proposed has seen every earlier feature row
                 feats = [kept_hidden] if k_eff > 0 else [*feats, kept_hidden]
-            for t in new:
+            for t in new[:budget]:
                 out.append(t)
                 tokens.append(t)
                 if t in self.eos:

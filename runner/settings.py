@@ -33,6 +33,11 @@ class MeasureSettings:
     ``{"kind": "dynamic", "top_k": K, "total_tokens": N}``), strict acceptance only.
     ``trust_remote_code``: run model code that ships with a checkpoint (``auto_map``);
     only set when the policy names the lineage. ``temperature=0`` means greedy.
+    ``full_last_draft``: count the last steps as vLLM does: a full ``k`` is drafted and
+    verified even when fewer tokens are left in the budget (the tokens past
+    ``max_new_tokens`` or an end token are counted, never emitted), so per-request counters
+    compare like for like with an engine's; off, the last draft is trimmed to the budget
+    and nothing past it is counted.
     ``acceptance="typical"`` is lossy (Medusa typical
     acceptance with ``typical_epsilon``/``typical_delta``); ``strict_prefix_tokens`` verifies
     the first N output tokens strictly before switching to the lossy rule.
@@ -56,6 +61,7 @@ class MeasureSettings:
     num_threads: int | None = None
     tree: dict[str, Any] | None = None
     trust_remote_code: bool = False
+    full_last_draft: bool = False
 
     def __post_init__(self) -> None:
         self.method = canonical_method(self.method)

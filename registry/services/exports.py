@@ -1,10 +1,14 @@
 """Launch arguments for vLLM and SGLang that serve exactly a deployment's live pair.
 
-Only a pair whose artifacts come from the Hub at a pinned 40-hex commit can be exported:
-the engines download by repo and revision, and a branch name or a local path would let
-them load different bytes than the ones the pair digest covers. Lossy acceptance rules are
-refused too: neither engine's launch flags reproduce them, so the served pair would not be
-the registered one.
+A part registered from the Hub at a pinned 40-hex commit is exported as repo + revision:
+the engine downloads exactly those bytes (from ``HF_ENDPOINT`` when set). A part registered
+from a local directory is exported as that directory, after its files have been checked
+against the registered manifest here (the same materialisation step a measurement goes
+through), so the engine is pointed only at verified bytes; the path is the registry's
+machine's, so such an export is served where the files are. A Hub part without a pinned
+commit (a branch name) is refused: the engine could load other bytes than the pair digest
+covers. Lossy acceptance rules are refused too: neither engine's launch flags reproduce
+them, so the served pair would not be the registered one.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from sqlalchemy.orm import Session
 from registry import speculators
 from registry.errors import InvalidInput, PairregError
 from registry.manifest import hash_file
-from registry.materialize import locate
+from registry.materialize import IntegrityError, locate, materialise
 from registry.methods import get_method
 from registry.models import Artifact, Pair
 from registry.records_lifecycle import KSchedule
@@ -36,15 +40,40 @@ _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 # method's own (``vllm_method``, ``vllm_options``, ``sglang_algorithm``: registry/methods/).
 
 
-def _pinned(art: Artifact, role: str) -> tuple[str, str]:
+def _pinned(art: Artifact, role: str) -> tuple[str, str | None]:
+    """``(repo, commit)`` for a pinned Hub part; ``(directory, None)`` for a local part
+    whose files match its manifest now; anything else is refused."""
+    if art.source_kind == "local" and art.local_path:
+        return _verified_local(art, role), None
     if art.source_kind != "hf" or not art.hub_repo or not _COMMIT.match(art.hub_commit or ""):
         raise InvalidInput(
             f"{role} {art.lineage}@v{art.version} has no pinned Hub source "
             f"(source {art.source}): engines could load different bytes; register it from "
-            "hf://org/repo@<commit>",
+            "hf://org/repo@<commit> or a local directory",
             field=role,
         )
     return art.hub_repo, str(art.hub_commit)
+
+
+def _verified_local(art: Artifact, role: str) -> str:
+    """The local part's directory, re-checked against its manifest (stat cache as a
+    worker's); files that differ refuse the export, naming them."""
+    from registry.settings import get_settings
+
+    try:
+        done = materialise(
+            artifact_record(art, with_manifest=True),
+            state_dir=get_settings().cache_dir / "verified",
+        )
+    except IntegrityError as exc:
+        raise InvalidInput(str(exc), field=role) from exc
+    except PairregError as exc:
+        raise InvalidInput(f"{role}: {exc}", field=role) from exc
+    return str(done.path)
+
+
+def _revision_args(flag: str, commit: str | None) -> list[str]:
+    return [flag, commit] if commit else []
 
 
 def _live_pair(session: Session, deployment: str) -> Pair:
@@ -68,7 +97,8 @@ def vllm_args(
     if pair.drafter is not None:
         drepo, dcommit = _pinned(pair.drafter, "drafter")
         spec["model"] = drepo
-        spec["revision"] = dcommit
+        if dcommit:
+            spec["revision"] = dcommit
     spec.update(m.vllm_options(cfg))
     tree = cfg.get("tree")
     if tree:
@@ -90,8 +120,8 @@ def vllm_args(
         ]
     args = [
         "--model", repo,
-        "--revision", commit,
-        "--tokenizer-revision", commit,
+        *_revision_args("--revision", commit),
+        *_revision_args("--tokenizer-revision", commit),
         "--dtype", str(cfg.get("dtype", "auto")),
         "--served-model-name", deployment,
         "--speculative-config", json.dumps(spec, sort_keys=True, separators=(",", ":")),
@@ -120,7 +150,7 @@ def sglang_args(pair: Pair, deployment: str) -> list[str]:
         top_k, draft_tokens = tree["top_k"], tree["total_tokens"] + 1
     args = [
         "--model-path", repo,
-        "--revision", commit,
+        *_revision_args("--revision", commit),
         "--dtype", str(pair.config.get("dtype", "auto")),
         "--served-model-name", deployment,
         "--speculative-algorithm", algorithm,
@@ -132,7 +162,7 @@ def sglang_args(pair: Pair, deployment: str) -> list[str]:
         drepo, dcommit = _pinned(pair.drafter, "drafter")
         args += [
             "--speculative-draft-model-path", drepo,
-            "--speculative-draft-model-revision", dcommit,
+            *_revision_args("--speculative-draft-model-revision", dcommit),
         ]  # fmt: skip
     return args
 

@@ -115,7 +115,26 @@ def test_telemetry_over_http(home: Settings, served: Served) -> None:
 
 
 def test_export_requires_pinned_sources(served: Served) -> None:
+    """Local parts export as their directories once their files match the manifest; Hub
+    parts only at a 40-hex commit."""
     s = served
+    with session_scope(s.url) as session:
+        local = exports.export_serving(session, deployment=s.deployment, engine="vllm")
+    assert local.args[local.args.index("--model") + 1] == str(s.target_dir)
+    assert "--revision" not in local.args
+    spec = json.loads(local.args[local.args.index("--speculative-config") + 1])
+    assert spec["model"] == str(s.draft_dir) and "revision" not in spec
+    weights = s.draft_dir / "model.safetensors"
+    weights.write_bytes(b"other bytes")
+    with session_scope(s.url) as session, pytest.raises(InvalidInput, match="model.safetensors"):
+        exports.export_serving(session, deployment=s.deployment, engine="vllm")
+    with session_scope(s.url) as session:
+        session.execute(
+            update(Artifact).where(Artifact.lineage == "acme/target").values(
+                source_kind="hf", hub_repo="acme/target", hub_commit="main",
+                source="hf://acme/target@main",
+            )
+        )  # fmt: skip
     with session_scope(s.url) as session, pytest.raises(InvalidInput, match="no pinned Hub"):
         exports.export_serving(session, deployment=s.deployment, engine="vllm")
     with session_scope(s.url) as session:
