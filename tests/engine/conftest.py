@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from builders.tiny import TinyPaths, build_tiny_pairs, default_tiny_dir
 from registry import db
 from registry.db import session_scope
 from registry.services import artifacts as art_svc
@@ -40,7 +41,6 @@ from tests.conftest import TEST_CACHE
 from tests.engine.vllm_server import REPO, VllmServer, engine_version, require_engine
 from tests.requests.conftest import ACTOR, promote_at
 from tests.serve_process import free_port
-from tests.tiny_builders import TinyPaths, build_tiny_pairs
 
 # A plain chat template: the BOS the tokenizer defines, one line per message, then the
 # assistant's turn. No special tokens of its own, so the tiny byte-level vocabulary suffices.
@@ -103,7 +103,7 @@ def engine_python() -> Path:
 def engine_registry(
     engine_python: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[EngineRegistry]:
-    tiny = build_tiny_pairs(TEST_CACHE / "tiny")
+    tiny = build_tiny_pairs(default_tiny_dir(TEST_CACHE))
     root = tmp_path_factory.mktemp("engine")
     home = root / "home"
     db_url = f"sqlite:///{root / 'registry.db'}"
