@@ -368,7 +368,6 @@ def test_local_and_remote_agree_on_every_operation(
     assert errors == [
         ("add_artifact", {"error": "invalid", "field": "source"}),
         ("register_pair", {"error": "invalid", "field": "k"}),
-        ("export_serving", {"error": "invalid", "field": "target"}),  # local files: not pinned
     ], errors
 
 
