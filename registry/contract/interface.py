@@ -79,6 +79,7 @@ from registry.records_trust import (
     TreeVerifyResult,
 )
 from registry.roles import TokenRole
+from registry.services.requests import _SOURCE
 
 
 class Backend(Protocol):
@@ -485,11 +486,11 @@ class Backend(Protocol):
         """List request tags."""
         ...
 
-    def audit_request(self, *, request_id: str) -> RequestAudit:
+    def audit_request(self, *, request_id: str, source: _SOURCE = ...) -> RequestAudit:
         """Which pair served this request, with everything needed to reconstruct it."""
         ...
 
-    def build_bundle(self, *, request_id: str) -> dict[str, Any]:
+    def build_bundle(self, *, request_id: str, source: str | None = ...) -> dict[str, Any]:
         """A self-contained, offline-verifiable audit bundle for one request."""
         ...
 

@@ -616,7 +616,8 @@ OPERATIONS: tuple[Operation, ...] = (
         "POST",
         "/v1/requests",
         roles.INGEST,
-        "Ingest a batch of request tags (idempotent by request id)",
+        "Ingest a batch of request tags (idempotent by request id within the caller's "
+        "source; conflicts reported per tag)",
         "requests",
         errors=NFC,
         status=201,
@@ -640,7 +641,7 @@ OPERATIONS: tuple[Operation, ...] = (
         roles.READ_AUDIT,
         "Which pair served this request, with everything needed to reconstruct it",
         "requests",
-        errors=NF,
+        errors=NFC,
     ),
     Operation(
         bundles.build_bundle,
@@ -649,7 +650,7 @@ OPERATIONS: tuple[Operation, ...] = (
         roles.READ_AUDIT,
         "A self-contained, offline-verifiable audit bundle for one request",
         "requests",
-        errors=NF,
+        errors=NFC,
         context={"key_path": _signing_key},
     ),
     Operation(
