@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 import typer
+from rich.markup import escape
 
 from cli.audit import _time
 from cli.audit import app as audit_app
 from cli.backend import get_backend
-from cli.render import console, kv, print_json, short, table
+from cli.render import console, kv, print_json, short, styled, table
 from registry.errors import InvalidInput
 
 JSON = typer.Option(False, "--json", help="Machine-readable output.")
@@ -284,9 +285,12 @@ def _show_audit(a: Any) -> None:
     t = a.tag
     pair = a.pair
     drafter = pair.get("drafter")
-    state = "consistent" if t.consistent else "[red]INCONSISTENT[/] (pair was not live then)"
+    state = (
+        "consistent" if t.consistent else styled("[red]INCONSISTENT[/] (pair was not live then)")
+    )
     rows: list[tuple[str, Any]] = [
         ("request", t.request_id),
+        ("source", t.source or "(before sources)"),
         ("served at", t.served_at.isoformat()),
         ("deployment", t.deployment),
         ("pair digest", t.pair_digest + (" (filled in by the registry)" if t.pair_filled else "")),
@@ -324,13 +328,22 @@ def _show_audit(a: Any) -> None:
     kv(f"request {t.request_id}", rows)
 
 
+SOURCE = typer.Option(
+    None,
+    "--source",
+    help="Who sent the id (a tag's source, e.g. token:proxy-a); needed only when two "
+    "sources sent the same id.",
+)
+
+
 @audit_app.command("request")
 def audit_request(
     request_id: str = typer.Argument(..., help="The request id the serving stack used."),
+    source: str | None = SOURCE,
     json_out: bool = JSON,
 ) -> None:
     """Which pair served this request, with its artifacts, promotion, validation and flags."""
-    answer = get_backend().audit_request(request_id=request_id)
+    answer = get_backend().audit_request(request_id=request_id, source=source)
     if json_out:
         print_json(answer)
         return
@@ -390,9 +403,10 @@ def audit_requests(
 def audit_bundle(
     request_id: str = typer.Argument(...),
     output: Path = typer.Option(..., "-o", "--output", help="Where to write the bundle."),
+    source: str | None = SOURCE,
 ) -> None:
     """Write a self-contained, offline-verifiable JSON bundle for one request."""
-    bundle = get_backend().build_bundle(request_id=request_id)
+    bundle = get_backend().build_bundle(request_id=request_id, source=source)
     output.write_text(json.dumps(bundle, indent=1, sort_keys=True) + "\n")
     console.print(
         f"bundle for {request_id} written to {output}: {len(bundle['chain']['events'])} audit "
@@ -433,7 +447,7 @@ def audit_verify_bundle(
     else:
         for check in report.checks:
             mark = "[green]ok[/]  " if check.ok else "[red]FAIL[/]"
-            console.print(f"{mark} {check.name}: {check.detail}", highlight=False)
+            console.print(f"{mark} {escape(check.name)}: {escape(check.detail)}", highlight=False)
         console.print("bundle VERIFIED" if report.ok else "[red]bundle FAILED verification[/]")
     if not report.ok:
         raise typer.Exit(1)
