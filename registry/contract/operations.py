@@ -10,6 +10,8 @@ rendering.
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit, urlunsplit
+
 from registry import roles
 from registry.contract.spec import CallContext, Operation
 from registry.errors import Conflict, InvalidInput, NotFound, SchemaOutOfDate
@@ -52,9 +54,30 @@ def _hash_workers(ctx: CallContext) -> int | None:
 
 
 def _mlflow_ui(ctx: CallContext) -> str | None:
-    """The MLflow UI's base URL when runs are tracked on a server (links from the dashboard)."""
+    """The MLflow UI's base URL when runs are tracked on a server (links from the dashboard).
+
+    Only scheme, host, port and path: a tracking URI may carry credentials
+    (``https://user:secret@mlflow/``) or a token in its query, and this goes to every
+    token holder."""
     uri = ctx.settings.mlflow_tracking_uri or ""
-    return uri.rstrip("/") if uri.startswith(("http://", "https://")) else None
+    if not uri.startswith(("http://", "https://")):
+        return None
+    return public_url(uri)
+
+
+def public_url(uri: str) -> str | None:
+    """``uri`` without userinfo, query or fragment (None when it has no usable host)."""
+    try:
+        parts = urlsplit(uri)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return None
+    if not host:
+        return None
+    netloc = f"[{host}]" if ":" in host else host
+    if port is not None:
+        netloc += f":{port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", "")).rstrip("/")
 
 
 def _confine(ctx: CallContext) -> PathLimits | None:
