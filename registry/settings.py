@@ -112,6 +112,26 @@ class Settings(BaseSettings):
         description="Serve GET /metrics without a token (a private scrape network); "
         "otherwise it needs a token with a registry-reading role.",
     )
+    serve_max_prompts: int = Field(
+        default=16, ge=1, le=1024, description="Most prompts one /v1/completions request holds."
+    )
+    serve_max_tokens: int = Field(
+        default=256,
+        ge=1,
+        le=1024,
+        description="Largest max_tokens (max_completion_tokens) embedded serving accepts.",
+    )
+    serve_max_generations: int = Field(
+        default=4,
+        ge=1,
+        description="Requests generating (or loading their model) at once in one server "
+        "process; beyond it 503 with Retry-After.",
+    )
+    serve_max_generations_per_token: int = Field(
+        default=2,
+        ge=1,
+        description="Of those, most for one token; beyond it 429 with Retry-After.",
+    )
 
     @property
     def home_dir(self) -> Path:
