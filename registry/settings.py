@@ -102,6 +102,18 @@ class Settings(BaseSettings):
     max_source_bytes: int = Field(
         default=1 << 40, ge=1, description="Most bytes a remote client's local source may hold."
     )
+    hub_tokens: dict[str, str] = Field(
+        default_factory=dict,
+        description="Hugging Face tokens by repository id, organisation or '*' (JSON, e.g. "
+        '{"acme": "hf_…", "acme/private-8b": "hf_…"}); a repository with none is read '
+        "without a token.",
+        repr=False,
+    )
+    hub_ambient_token: bool = Field(
+        default=False,
+        description="Let repositories without a configured token use this process's own "
+        "Hugging Face login (HF_TOKEN, huggingface-cli login).",
+    )
     log_origin: str | None = Field(
         default=None,
         description="Origin line (and key name) of the audit log's C2SP checkpoints; "

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 from registry import roles
 from registry.contract.spec import CallContext, Operation
 from registry.errors import Conflict, InvalidInput, NotFound, SchemaOutOfDate
+from registry.hub import HubAccess
 from registry.records import Checkpoint
 from registry.records_requests import decode_tags
 from registry.services import (
@@ -85,6 +86,18 @@ def _confine(ctx: CallContext) -> PathLimits | None:
     return path_limits(ctx.settings, remote=ctx.remote)
 
 
+def _hub_access(ctx: CallContext) -> HubAccess:
+    """The Hub tokens configured per repository (never the ambient login unless the operator
+    opts in), and for a remote caller the same file and byte caps as a local source."""
+    limits = path_limits(ctx.settings, remote=ctx.remote)
+    return HubAccess(
+        tokens=dict(ctx.settings.hub_tokens),
+        ambient=ctx.settings.hub_ambient_token,
+        max_files=limits.max_files if limits else None,
+        max_bytes=limits.max_bytes if limits else None,
+    )
+
+
 def _nothing_new(attr: str):  # -> Callable[[Any], bool]
     return lambda result: not getattr(result, attr)
 
@@ -101,7 +114,7 @@ OPERATIONS: tuple[Operation, ...] = (
         errors=NFC,
         status=201,
         unchanged=(_nothing_new("created"), 200, "Identical content existed"),
-        context={"hash_workers": _hash_workers, "confine": _confine},
+        context={"hash_workers": _hash_workers, "confine": _confine, "hub_access": _hub_access},
         examples=(
             {
                 "source": "hf://acme/chat-8b@main",
@@ -632,6 +645,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "Poll watched Hub branches once",
         "drift",
         errors=NF,
+        context={"hub_access": _hub_access},
     ),
     # -- request tags, audits, telemetry, exports ----------------------------------------
     Operation(
