@@ -196,3 +196,52 @@ def test_over_http_two_tokens(served: Served, tmp_path) -> None:  # type: ignore
             "/v1/requests/attacker-chosen", params={"source": "token:victim"}, headers=aud
         )
         assert got.status_code == 200 and got.json()["tag"]["output_tokens"] == 20
+
+
+def test_embedded_serving_tags_under_the_callers_token(
+    served: Served, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Two tokens send the same ``x-request-id`` to ``/v1/completions``: each request is
+    tagged under its own caller, both stored, each found with its source (the engine is a
+    stand-in: what is under test is who the served request is tagged as)."""
+    from types import SimpleNamespace
+
+    from api import engines
+    from api.app import create_app
+    from api.backend import local_backend
+    from api.routes import serving
+    from registry.services.tokens import create_token
+    from registry.settings import Settings
+
+    s = served
+
+    class Engine:
+        pair_digest, target_digest, draft_digest = s.pair_b, None, None
+
+        def generate(self, prompt, max_tokens):  # type: ignore[no-untyped-def]
+            run = SimpleNamespace(steps=1, drafted=2, accepted=1, output_ids=[1],
+                                  accepted_per_position=[1, 0])  # fmt: skip
+            return engines.Generation(text="hi", prompt_tokens=3, run=run)
+
+    def live(model, request, principal):  # type: ignore[no-untyped-def]
+        return local_backend(request.app.state.settings, actor=principal.actor), Engine()
+
+    monkeypatch.setattr(serving, "_live_engine", live)
+    with session_scope(s.url) as session:
+        a = create_token(session, name="caller-a", role="ingest", actor="local:t").secret
+        b = create_token(session, name="caller-b", role="ingest", actor="local:t").secret
+    app = create_app(Settings(database_url=s.url, home=tmp_path / "home"))
+    with TestClient(app) as client:
+        for tok in (a, b):
+            r = client.post(
+                "/v1/completions",
+                json={"model": s.deployment, "prompt": "x", "max_tokens": 4},
+                headers={"Authorization": f"Bearer {tok}", "x-request-id": "shared-id"},
+            )
+            assert r.status_code == 200 and r.headers["x-request-id"] == "shared-id", r.text
+    with session_scope(s.url) as session:
+        with pytest.raises(Conflict):
+            svc.get_request_tag(session, request_id="shared-id")
+        for name in ("caller-a", "caller-b"):
+            tag = svc.get_request_tag(session, request_id="shared-id", source=f"token:{name}")
+            assert tag.pair_digest == s.pair_b and tag.spec["num_draft_tokens"] == 2
