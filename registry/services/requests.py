@@ -429,11 +429,17 @@ def resolve_key(session: Session, request_id: str, source: str | None = None) ->
 def load_tag(
     session: Session, request_id: str, source: str | None = None
 ) -> tuple[RequestTag, RequestTagRecord]:
-    """One tag by id in two primary-key reads: ``request_ids`` supplies ``served_at``, which
-    prunes ``request_tags`` to one partition at execution time."""
-    key = resolve_key(session, request_id, source)
-    row = session.execute(_tag_select().where(RequestId.request_id == key)).one()
-    return row[0], _to_record(row)
+    """One tag by id in one round trip: ``request_ids`` (its primary key, or the client-id
+    index) supplies ``served_at``, which prunes ``request_tags`` to one partition at execution
+    time. An id two sources sent is resolved by :func:`resolve_key` (and refused there)."""
+    if source is not None:
+        where = RequestId.request_id == stored_key(source, request_id)
+    else:
+        where = or_(RequestId.client_request_id == request_id, RequestId.request_id == request_id)
+    rows = session.execute(_tag_select().where(where).limit(2)).all()
+    if len(rows) != 1:
+        resolve_key(session, request_id, source)  # raises: not found, or which sources
+    return rows[0][0], _to_record(rows[0])
 
 
 _SOURCE = Annotated[
