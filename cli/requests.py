@@ -157,24 +157,40 @@ def requests_ingest(
     batch: int = typer.Option(5000, help="Tags per call (at most 10000)."),
     json_out: bool = JSON,
 ) -> None:
-    """Ingest tags from a file (idempotent: re-running it changes nothing)."""
+    """Ingest tags from a file (idempotent: re-running it changes nothing). Tags whose id
+    already holds a different tag are listed (by line) and not stored; the rest are, and the
+    exit code is then 1."""
     if not 1 <= batch <= 10_000:
         raise InvalidInput("--batch must be 1..10000", field="batch")
     try:
-        lines = [ln for ln in file.read_text().splitlines() if ln.strip()]
-        tags = [json.loads(ln) for ln in lines]
+        numbered = [(n, ln) for n, ln in enumerate(file.read_text().splitlines(), 1) if ln.strip()]
+        tags = [json.loads(ln) for _, ln in numbered]
     except (OSError, ValueError) as exc:
         raise InvalidInput(f"{file}: {exc}", field="file") from exc
     backend = get_backend()
-    totals = {"received": 0, "stored": 0, "duplicates": 0, "inconsistent": 0}
+    totals = {"received": 0, "stored": 0, "duplicates": 0, "conflicted": 0, "inconsistent": 0}
+    conflicts: list[dict[str, Any]] = []
     for i in range(0, len(tags), batch):
         result = backend.ingest_requests(tags=tags[i : i + batch])
         for key in totals:
             totals[key] += getattr(result, key)
+        conflicts += [
+            {"line": numbered[i + c.index][0], "request_id": c.request_id, "reason": c.reason}
+            for c in result.conflicts
+        ]
     if json_out:
-        print_json(totals)
-        return
-    console.print(", ".join(f"{k} {v}" for k, v in totals.items()))
+        print_json({**totals, "conflicts": conflicts})
+    else:
+        console.print(", ".join(f"{k} {v}" for k, v in totals.items()))
+        for c in conflicts:
+            console.print(
+                f"not stored: line {c['line']}: request id {escape(c['request_id'])} "
+                + ("already holds a different tag" if c["reason"] == "recorded"
+                   else "appears earlier in the batch with other content"),
+                highlight=False,
+            )  # fmt: skip
+    if conflicts:
+        raise typer.Exit(1)
 
 
 @requests_app.command("partitions")

@@ -245,3 +245,30 @@ def test_embedded_serving_tags_under_the_callers_token(
         for name in ("caller-a", "caller-b"):
             tag = svc.get_request_tag(session, request_id="shared-id", source=f"token:{name}")
             assert tag.pair_digest == s.pair_b and tag.spec["num_draft_tokens"] == 2
+
+
+def test_cli_ingest_lists_conflicts_by_line(
+    served: Served, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """``pairreg requests ingest`` stores every tag it can, names each conflicting one by its
+    line in the file, and exits 1 when some were not stored."""
+    from tests.api.conftest import run_cli
+
+    s = served
+    monkeypatch.setenv("PAIRREG_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PAIRREG_DATABASE_URL", s.url)
+    monkeypatch.delenv("PAIRREG_URL", raising=False)
+    f = tmp_path / "tags.jsonl"
+    f.write_text(json.dumps(_tag(s, "c-1")) + "\n")
+    assert run_cli("requests", "ingest", str(f)).exit_code == 0
+    f.write_text(
+        "\n".join([json.dumps(_tag(s, "c-2")), "", json.dumps(_tag(s, "c-1", output_tokens=3)),
+                   json.dumps(_tag(s, "c-3"))]) + "\n"
+    )  # fmt: skip
+    out = run_cli("requests", "ingest", str(f), "--json")
+    assert out.exit_code == 1
+    body = json.loads(out.output)
+    assert (body["stored"], body["conflicted"]) == (2, 1)
+    assert body["conflicts"] == [{"line": 3, "request_id": "c-1", "reason": "recorded"}]
+    text = run_cli("requests", "ingest", str(f))
+    assert text.exit_code == 1 and "not stored: line 3: request id c-1" in text.output
