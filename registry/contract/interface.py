@@ -469,7 +469,7 @@ class Backend(Protocol):
         ...
 
     def ingest_requests(self, *, tags: list[TagIn] | list[dict[str, Any]]) -> IngestResult:
-        """Ingest a batch of request tags (idempotent by request id within the caller's source; conflicts reported per tag)."""
+        """Ingest request tags (idempotent per source; conflicts reported per tag)."""
         ...
 
     def list_requests(

@@ -653,8 +653,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "POST",
         "/v1/requests",
         roles.INGEST,
-        "Ingest a batch of request tags (idempotent by request id within the caller's "
-        "source; conflicts reported per tag)",
+        "Ingest request tags (idempotent per source; conflicts reported per tag)",
         "requests",
         errors=NFC,
         status=201,
