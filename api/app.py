@@ -43,6 +43,10 @@ def create_app(settings: Settings | None = None, **state: Any) -> FastAPI:
             "application/problem+json (RFC 9457); lists are cursor-paginated."
         ),
         dependencies=[Depends(most_specific_route_only), Depends(strict_query)],
+        # FastAPI's pages load Swagger UI and ReDoc from a CDN: /docs is served from this
+        # origin instead (api/routes/docs.py).
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.tracer = tracing.tracer(state.pop("tracer_provider", None) or provider_from_env())

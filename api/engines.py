@@ -2,22 +2,89 @@
 
 A pair is loaded once: its artifacts are materialised (verified against their manifests,
 so only registered bytes load), then the runner's ``build_engine`` builds exactly what a
-measurement of the pair would run. Generation is serialised per engine by a lock, because
-an engine keeps one KV cache.
+measurement of the pair would run. Loading holds a lock of that pair's own, so a model
+that takes a minute to load delays only the requests for it; generation is serialised
+per engine by another lock, because an engine keeps one KV cache.
+
+How much one process generates at once is bounded (:class:`GenerationSlots`): a request
+takes a slot before it looks up or loads its engine and gives it back when its answer is
+made; beyond ``serve_max_generations`` in all it is a 503, beyond
+``serve_max_generations_per_token`` for its token a 429, both with ``Retry-After``.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI
 
 from registry.contract.interface import Backend
-from registry.errors import InvalidInput
+from registry.errors import InvalidInput, PairregError
 from registry.jobloop import Materialiser
 from registry.policy import measurement_settings
+
+
+class ServerBusy(PairregError):
+    """Every generation slot of this process is taken (or loading a model)."""
+
+    kind = "unavailable"
+    status = 503
+    title = "Busy"
+    retry_after = 2
+
+
+class TooManyGenerations(PairregError):
+    """This token already has its share of the generation slots."""
+
+    kind = "rate_limited"
+    status = 429
+    title = "Too many requests"
+    retry_after = 1
+
+
+class GenerationSlots:
+    """Bounded generations in flight, in all and per token; never waits (refuses instead),
+    so a flood of requests holds no thread, memory or model."""
+
+    def __init__(self, total: int, per_token: int):
+        self.total, self.per_token = total, per_token
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._by_token: dict[str, int] = {}
+
+    @contextmanager
+    def hold(self, who: str) -> Iterator[None]:
+        with self._lock:
+            # the caller's own share first: a 429 tells it that it is the one to slow down
+            mine = self._by_token.get(who, 0)
+            if mine >= self.per_token:
+                raise TooManyGenerations(
+                    f"{who} already has {mine} generations in flight (at most "
+                    f"{self.per_token}): retry later",
+                    field="model",
+                )
+            if self._in_flight >= self.total:
+                raise ServerBusy(
+                    f"{self._in_flight} generations in flight (the most this server runs at "
+                    "once): retry later",
+                    field="model",
+                )
+            self._in_flight += 1
+            self._by_token[who] = mine + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                left = self._by_token[who] - 1
+                if left:
+                    self._by_token[who] = left
+                else:
+                    del self._by_token[who]
 
 
 @dataclass
@@ -80,13 +147,23 @@ class EngineCache:
     def __init__(self, state_dir: Any):
         self.state_dir = state_dir
         self._engines: dict[str, LoadedEngine] = {}
-        self._lock = threading.Lock()
+        self._loading: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()  # the two dicts only, never held while loading
 
     def get(self, backend: Backend, pair_digest: str) -> LoadedEngine:
         with self._lock:
             engine = self._engines.get(pair_digest)
+            if engine is not None:
+                return engine
+            loading = self._loading.setdefault(pair_digest, threading.Lock())
+        with loading:  # one load per pair; requests for other pairs go on meanwhile
+            with self._lock:
+                engine = self._engines.get(pair_digest)
             if engine is None:
-                engine = self._engines[pair_digest] = self._load(backend, pair_digest)
+                engine = self._load(backend, pair_digest)  # a failure lets the next one try
+                with self._lock:
+                    self._engines[pair_digest] = engine
+                    self._loading.pop(pair_digest, None)
             return engine
 
     def _load(self, backend: Backend, pair_digest: str) -> LoadedEngine:
@@ -113,6 +190,18 @@ class EngineCache:
 
 
 _CACHE_LOCK = threading.Lock()
+
+
+def generation_slots(app: FastAPI) -> GenerationSlots:
+    """The app's generation slots, sized from its settings on first use."""
+    with _CACHE_LOCK:
+        slots = getattr(app.state, "generation_slots", None)
+        if slots is None:
+            settings = app.state.settings
+            slots = app.state.generation_slots = GenerationSlots(
+                settings.serve_max_generations, settings.serve_max_generations_per_token
+            )
+        return slots
 
 
 def engine_cache(app: FastAPI) -> EngineCache:

@@ -68,6 +68,9 @@ def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(PairregError)
     async def _pairreg(_: Request, exc: PairregError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        retry_after = getattr(exc, "retry_after", None)
+        if retry_after is not None:  # a limit that frees up by itself: come back then
+            headers = {"Retry-After": str(retry_after)}
         return problem_response(
             exc.status, exc.title, exc.message, exc.kind, exc.field, headers=headers
         )

@@ -16,9 +16,14 @@ How a tag travels:
    directory fsynced. From here on the batch survives a crash of this process or the host.
 3. The *sender* thread POSTs spool files to ``/v1/requests`` oldest first and deletes each
    only after a 2xx. Network errors, 5xx, 401/403/429 are retried with capped exponential
-   backoff, forever: the spool is the buffer. 409 (a different tag under an existing id) and
-   422 (an unknown pair digest, a malformed tag) cannot succeed by retrying: the file is moved
-   to ``rejected/`` with the server's answer next to it, and ``stats["rejected"]`` counts it.
+   backoff, forever: the spool is the buffer. The server stores every tag of a batch that
+   does not conflict and lists each conflicting one (a different tag already recorded under
+   its id by this token): only those tags go to ``rejected/``, with the server's answer next
+   to them (``stats["conflicts"]`` counts the tags). A 4xx that names one tag
+   (``field: tags.<i>…``, e.g. a 422 for a tag whose pair digest is unknown) sets that tag
+   aside and re-sends the rest at once; a 409 or 422 that names no tag cannot succeed by
+   retrying: the whole file goes to ``rejected/``. ``stats["rejected"]`` counts the batches
+   (or parts of batches) set aside.
 4. A new Tagger on the same directory replays what is left, so a restart loses nothing that
    reached step 2.
 
@@ -63,6 +68,33 @@ def _now() -> str:
 
 class TaggerError(Exception):
     pass
+
+
+def _json_or_empty(resp: httpx.Response) -> dict[str, Any]:
+    try:
+        body = resp.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _is_index(conflict: Any, n: int) -> bool:
+    return (
+        isinstance(conflict, dict)
+        and isinstance(conflict.get("index"), int)
+        and (0 <= conflict["index"] < n)
+    )
+
+
+def _tag_index(field: Any, n: int) -> int | None:
+    """The batch position a problem's ``field`` names (``tags.3.pair_digest``), if any."""
+    if not isinstance(field, str):
+        return None
+    parts = field.split(".")
+    if len(parts) < 2 or parts[0] != "tags" or not parts[1].isdigit():
+        return None
+    i = int(parts[1])
+    return i if i < n else None
 
 
 class Tagger:
@@ -116,6 +148,7 @@ class Tagger:
             "sent_batches": 0,
             "sent_tags": 0,
             "rejected": 0,
+            "conflicts": 0,
             "spool_errors": 0,
             "send_errors": 0,
         }
@@ -280,17 +313,46 @@ class Tagger:
 
     # -- sender ---------------------------------------------------------------------------
 
-    def _post(self, tags: list[dict[str, Any]]) -> tuple[str, str]:
-        """('ok' | 'retry' | 'reject', detail)."""
+    def _post(self, tags: list[dict[str, Any]]) -> tuple[str, str, dict[str, Any]]:
+        """('ok' | 'retry' | 'reject', detail, the server's JSON answer or {})."""
         try:
             resp = self._http.post("/v1/requests", json={"tags": tags})
         except httpx.HTTPError as exc:
-            return "retry", f"{type(exc).__name__}: {exc}"
+            return "retry", f"{type(exc).__name__}: {exc}", {}
         if resp.status_code < 300:
-            return "ok", ""
+            return "ok", "", _json_or_empty(resp)
         if resp.status_code in (409, 422):
-            return "reject", f"HTTP {resp.status_code}: {resp.text[:4000]}"
-        return "retry", f"HTTP {resp.status_code}: {resp.text[:200]}"
+            return "reject", f"HTTP {resp.status_code}: {resp.text[:4000]}", _json_or_empty(resp)
+        return "retry", f"HTTP {resp.status_code}: {resp.text[:200]}", {}
+
+    def _deliver(self, name: str, tags: list[dict[str, Any]]) -> tuple[str, str]:
+        """Send one batch until every tag is stored, a duplicate, or set aside; ('ok' |
+        'retry' | 'reject', detail). 'retry' means nothing was settled: the whole batch goes
+        again later (the server is idempotent, so tags it already stored are no-ops)."""
+        part = 0
+        while True:
+            outcome, detail, answer = self._post(tags)
+            if outcome == "retry":
+                return outcome, detail
+            if outcome == "ok":
+                conflicts = answer.get("conflicts") or []
+                idx = sorted({int(c["index"]) for c in conflicts if _is_index(c, len(tags))})
+                if idx:
+                    self.stats["conflicts"] += len(idx)
+                    self._reject(
+                        f"{name}-conflicts",
+                        [tags[i] for i in idx],
+                        "stored every other tag of the batch; these request ids hold a "
+                        f"different tag already: {json.dumps(conflicts)[:4000]}",
+                    )
+                return "ok", ""
+            i = _tag_index(answer.get("field"), len(tags))
+            if i is None or len(tags) == 1:
+                self._reject(name if part == 0 else f"{name}-{part}", tags, detail)
+                return "reject", detail
+            part += 1  # one tag the server named: set it aside, send the rest now
+            self._reject(f"{name}-{part}", [tags[i]], detail)
+            tags = tags[:i] + tags[i + 1 :]
 
     def _reject(self, name: str, tags: list[dict[str, Any]], detail: str) -> None:
         self.stats["rejected"] += 1
@@ -305,10 +367,8 @@ class Tagger:
         """Ship the oldest batch; the outcome, or None when there is nothing to send."""
         if self._memory:
             name, tags = self._memory[0]
-            outcome, detail = self._post(tags)
+            outcome, detail = self._deliver(name, tags)
             if outcome != "retry":
-                if outcome == "reject":
-                    self._reject(name, tags, detail)
                 self._memory.popleft()
                 self._in_memory_tags -= len(tags)
             return self._count(outcome, len(tags), detail)
@@ -322,10 +382,8 @@ class Tagger:
             self._reject(path.stem, [], f"unreadable spool file: {exc}")
             path.unlink(missing_ok=True)
             return "reject"
-        outcome, detail = self._post(tags)
-        if outcome == "reject":
-            self._reject(path.stem, tags, detail)
-        if outcome != "retry":
+        outcome, detail = self._deliver(path.stem, tags)
+        if outcome != "retry":  # every tag stored, a duplicate, or kept in rejected/
             path.unlink(missing_ok=True)
         return self._count(outcome, len(tags), detail)
 

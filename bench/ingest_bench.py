@@ -274,7 +274,7 @@ def sql_lookups(url: str, ids: list[str]) -> dict[str, float]:
         "SELECT t.*, i.tag_digest, i.batch_id, p.pair_digest, d.name FROM request_ids i "
         "JOIN request_tags t ON t.request_id = i.request_id AND t.served_at = i.served_at "
         "JOIN pairs p ON p.id = t.pair_id JOIN deployments d ON d.id = t.deployment_id "
-        "WHERE i.request_id = %s"
+        "WHERE i.client_request_id = %s"  # the client's id (keys are <source>/<id>)
     )
     times = []
     with psycopg.connect(dsn, autocommit=True) as conn:

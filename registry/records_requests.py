@@ -143,10 +143,30 @@ def decode_tags(body: bytes) -> dict[str, Any] | None:
     return {"tags": DecodedTags(tags)}
 
 
+class TagConflict(BaseModel):
+    """One tag of a batch that was not stored because its id is taken by a different tag."""
+
+    index: int = Field(description="The tag's position in the batch.")
+    request_id: str
+    reason: str = Field(
+        description="`recorded`: this source already recorded another tag under the id; "
+        "`batch`: an earlier tag of this batch has the id with other content."
+    )
+
+
 class IngestResult(BaseModel):
-    received: int
+    received: int = Field(description="stored + duplicates + conflicted.")
     stored: int = Field(description="New tags written by this call.")
     duplicates: int = Field(description="Tags already recorded identically (no-ops).")
+    conflicted: int = Field(
+        default=0, description="Tags not stored: their id holds a different tag (see conflicts)."
+    )
+    conflicts: list[TagConflict] = Field(
+        default_factory=list, description="Every conflicting tag, in batch order."
+    )
+    source: str | None = Field(
+        default=None, description="The namespace the batch's request ids were stored under."
+    )
     inconsistent: int = Field(description="Stored tags whose pair was not live then.")
     inconsistent_ids: list[str] = Field(default_factory=list, description="Up to 100 of them.")
     batch_id: int | None = Field(default=None, description="None when nothing new was stored.")
@@ -155,7 +175,12 @@ class IngestResult(BaseModel):
 
 
 class RequestTagRecord(BaseModel):
-    request_id: str
+    request_id: str = Field(description="The id the client sent.")
+    source: str = Field(
+        default="",
+        description="Who ingested it (its request id is unique within this source; '' for "
+        "tags stored before ids were namespaced).",
+    )
     deployment: str
     pair_digest: str
     served_at: datetime

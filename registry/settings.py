@@ -102,6 +102,18 @@ class Settings(BaseSettings):
     max_source_bytes: int = Field(
         default=1 << 40, ge=1, description="Most bytes a remote client's local source may hold."
     )
+    hub_tokens: dict[str, str] = Field(
+        default_factory=dict,
+        description="Hugging Face tokens by repository id, organisation or '*' (JSON, e.g. "
+        '{"acme": "hf_…", "acme/private-8b": "hf_…"}); a repository with none is read '
+        "without a token.",
+        repr=False,
+    )
+    hub_ambient_token: bool = Field(
+        default=False,
+        description="Let repositories without a configured token use this process's own "
+        "Hugging Face login (HF_TOKEN, huggingface-cli login).",
+    )
     log_origin: str | None = Field(
         default=None,
         description="Origin line (and key name) of the audit log's C2SP checkpoints; "
@@ -111,6 +123,26 @@ class Settings(BaseSettings):
         default=False,
         description="Serve GET /metrics without a token (a private scrape network); "
         "otherwise it needs a token with a registry-reading role.",
+    )
+    serve_max_prompts: int = Field(
+        default=16, ge=1, le=1024, description="Most prompts one /v1/completions request holds."
+    )
+    serve_max_tokens: int = Field(
+        default=256,
+        ge=1,
+        le=1024,
+        description="Largest max_tokens (max_completion_tokens) embedded serving accepts.",
+    )
+    serve_max_generations: int = Field(
+        default=4,
+        ge=1,
+        description="Requests generating (or loading their model) at once in one server "
+        "process; beyond it 503 with Retry-After.",
+    )
+    serve_max_generations_per_token: int = Field(
+        default=2,
+        ge=1,
+        description="Of those, most for one token; beyond it 429 with Retry-After.",
     )
 
     webhook_backoff_base: float = Field(

@@ -1,10 +1,10 @@
 """Writing one ingest batch: the new request ids, their tags and the batch row.
 
 Input is the batch's tags already checked and digested, one :data:`Row` per distinct request
-id, sorted by id. Output is the ids this call stored; ids already recorded with the same
-digest are retries and are skipped, ids recorded with a different digest raise
-:class:`~registry.errors.Conflict` naming them, and the caller's transaction rolls back, so a
-conflict stores nothing.
+id (its stored key ``<source>/<client id>``), sorted by key. Output is the rows this call
+stored and the rows it did not store because their key holds a *different* tag (conflicts,
+reported per tag by the caller); keys already recorded with the same digest are retries and
+are skipped. A conflict never stops the other tags of the batch from being stored.
 
 PostgreSQL, the throughput path (no per-tag objects, bulk COPY for the data):
 
@@ -18,8 +18,8 @@ PostgreSQL, the throughput path (no per-tag objects, bulk COPY for the data):
    ``request_ids`` in id order with ``ON CONFLICT DO NOTHING RETURNING`` and return the ids
    it did not insert; compare those ids' recorded digests with the staged ones in a new
    statement (READ COMMITTED: it sees a concurrent batch that won the race, since
-   ``ON CONFLICT`` waited for that batch to commit); a clash is a 409 before any tag is
-   written;
+   ``ON CONFLICT`` waited for that batch to commit); a clash is left out of the tags
+   written, and returned;
 4. ``COPY`` the tags of exactly the ids stored into ``request_tags`` (COPY routes each row to
    its partition and writes in bulk: less work, and less WAL to flush at commit while the
    registry's write lock is held, than ``INSERT … SELECT``).
@@ -44,7 +44,6 @@ import psycopg.errors
 from sqlalchemy import insert, select, text
 from sqlalchemy.orm import Session
 
-from registry.errors import Conflict
 from registry.models import RequestBatch, RequestId, RequestTag
 from registry.models.base import utcnow
 
@@ -75,7 +74,7 @@ _STAGE_TYPES = ["text", "timestamptz", "text"]
 
 _STAGE_DDL = (
     f"CREATE TEMP TABLE IF NOT EXISTS {STAGE} ("
-    "request_id varchar(200) NOT NULL, served_at timestamptz NOT NULL, "
+    "request_id varchar(400) NOT NULL, served_at timestamptz NOT NULL, "
     "tag_digest varchar(64) NOT NULL"
     ") ON COMMIT DELETE ROWS; "
     f"DELETE FROM {STAGE}"  # a second batch in one transaction starts empty too
@@ -87,16 +86,19 @@ _NEW_BATCH = text(
     "VALUES ('', :received_digest, 0, 0, 0, :actor, :created_at) RETURNING id"
 )
 _COPY_IDS = (
-    "COPY request_ids (request_id, served_at, tag_digest, batch_id) FROM STDIN (FORMAT BINARY)"
+    "COPY request_ids (request_id, served_at, tag_digest, batch_id, source, client_request_id) "
+    "FROM STDIN (FORMAT BINARY)"
 )
-_ID_TYPES = ["text", "timestamptz", "text", "int4"]
+_ID_TYPES = ["text", "timestamptz", "text", "int4", "text", "text"]
 _SAVEPOINT = "pairreg_ingest_ids"
 
 _STORE = text(
     f"""
 WITH ids AS (
-    INSERT INTO request_ids (request_id, served_at, tag_digest, batch_id)
-    SELECT request_id, served_at, tag_digest, :batch_id
+    INSERT INTO request_ids (request_id, served_at, tag_digest, batch_id, source,
+                             client_request_id)
+    SELECT request_id, served_at, tag_digest, :batch_id, :source,
+           substr(request_id, :cut + 1)
     FROM {STAGE} ORDER BY request_id
     ON CONFLICT (request_id) DO NOTHING
     RETURNING request_id
@@ -114,47 +116,48 @@ _CLASHES = text(
 _COPY_TAGS = f"COPY request_tags ({_TAG_COLUMNS}) FROM STDIN (FORMAT BINARY)"
 
 
-def conflict(ids: list[str]) -> Conflict:
-    shown = ", ".join(ids[:50]) + (f" and {len(ids) - 50} more" if len(ids) > 50 else "")
-    return Conflict(
-        f"{len(ids)} request id(s) already recorded with a different tag: {shown}",
-        field="request_id",
-        details={"request_ids": ids},
-    )
-
-
 def store(
-    session: Session, rows: Sequence[Row], *, received_digest: str, actor: str
-) -> tuple[int | None, list[Row]]:
-    """Store what is new; (batch id, stored rows in id order). No batch when nothing is new."""
+    session: Session, rows: Sequence[Row], *, received_digest: str, actor: str, source: str
+) -> tuple[int | None, list[Row], list[Row]]:
+    """Store what is new; (batch id, stored rows in key order, conflicting rows in key
+    order). No batch when nothing is new. Every row's key starts with ``source/`` (or is the
+    client's id itself when ``source`` is ``''``)."""
     if session.get_bind().dialect.name == "postgresql":
-        return _store_postgres(session, rows, received_digest=received_digest, actor=actor)
-    return _store_sqlite(session, rows, received_digest=received_digest, actor=actor)
+        return _store_postgres(
+            session, rows, received_digest=received_digest, actor=actor, source=source
+        )
+    return _store_sqlite(session, rows, received_digest=received_digest, actor=actor, source=source)
+
+
+def _cut(source: str) -> int:
+    """Characters of a stored key before the client's id."""
+    return len(source) + 1 if source else 0
 
 
 def _store_postgres(
-    session: Session, rows: Sequence[Row], *, received_digest: str, actor: str
-) -> tuple[int | None, list[Row]]:
+    session: Session, rows: Sequence[Row], *, received_digest: str, actor: str, source: str
+) -> tuple[int | None, list[Row], list[Row]]:
     params = {"received_digest": received_digest, "actor": actor, "created_at": utcnow()}
     batch_id = session.execute(_NEW_BATCH, params).scalar_one()
     raw = session.connection().connection.driver_connection
-    if _copy_ids(raw, rows, batch_id):
+    taken: list[Row] = []
+    if _copy_ids(raw, rows, batch_id, source):
         fresh = list(rows)
     else:
-        fresh = _store_ids_careful(session, raw, rows, batch_id)
-        if not fresh:  # every tag was a retry: no batch, no event
+        fresh, taken = _store_ids_careful(session, raw, rows, batch_id, source)
+        if not fresh:  # every tag was a retry or a conflict: no batch, no event
             session.execute(text("DELETE FROM request_batches WHERE id = :id"), {"id": batch_id})
-            return None, []
+            return None, [], taken
     # The tags of exactly the ids this batch inserted, straight into their table (COPY routes
     # each row to its month's partition and writes in bulk).
     with raw.cursor() as cur, cur.copy(_COPY_TAGS) as copy:  # type: ignore[union-attr]
         copy.set_types(_TAG_TYPES)
         for row in fresh:
             copy.write_row(row[:9])
-    return batch_id, fresh
+    return batch_id, fresh, taken
 
 
-def _copy_ids(raw: Any, rows: Sequence[Row], batch_id: int) -> bool:
+def _copy_ids(raw: Any, rows: Sequence[Row], batch_id: int, source: str) -> bool:
     """Step 2: every id new? Bulk-load them under a savepoint; False (and nothing stored)
     when the primary key refuses one."""
     with raw.cursor() as cur:
@@ -162,8 +165,12 @@ def _copy_ids(raw: Any, rows: Sequence[Row], batch_id: int) -> bool:
         try:
             with cur.copy(_COPY_IDS) as copy:
                 copy.set_types(_ID_TYPES)
+                cut = _cut(source)
                 for row in rows:
-                    copy.write_row((row.request_id, row.served_at, row.tag_digest, batch_id))
+                    key = row.request_id
+                    copy.write_row(
+                        (key, row.served_at, row.tag_digest, batch_id, source, key[cut:])
+                    )
         except psycopg.errors.UniqueViolation:
             cur.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
             return False
@@ -171,8 +178,11 @@ def _copy_ids(raw: Any, rows: Sequence[Row], batch_id: int) -> bool:
     return True
 
 
-def _store_ids_careful(session: Session, raw: Any, rows: Sequence[Row], batch_id: int) -> list[Row]:
-    """Step 3: store the new ids, skip retries, refuse clashes; returns the rows stored."""
+def _store_ids_careful(
+    session: Session, raw: Any, rows: Sequence[Row], batch_id: int, source: str
+) -> tuple[list[Row], list[Row]]:
+    """Step 3: store the new ids, skip retries, set clashes aside; returns the rows stored
+    and the rows whose key holds a different tag."""
     with raw.cursor() as cur:
         cur.execute(_STAGE_DDL)
         with cur.copy(
@@ -181,14 +191,16 @@ def _store_ids_careful(session: Session, raw: Any, rows: Sequence[Row], batch_id
             copy.set_types(_STAGE_TYPES)
             for row in rows:
                 copy.write_row((row.request_id, row.served_at, row.tag_digest))
-    skipped = session.execute(_STORE, {"batch_id": batch_id}).scalar_one()
+    params = {"batch_id": batch_id, "source": source, "cut": _cut(source)}
+    skipped = session.execute(_STORE, params).scalar_one()
     if not skipped:
-        return list(rows)
-    clashes = list(session.execute(_CLASHES, {"ids": skipped}).scalars())
-    if clashes:
-        raise conflict(clashes)
+        return list(rows), []
+    clashes = set(session.execute(_CLASHES, {"ids": skipped}).scalars())
     gone = set(skipped)
-    return [r for r in rows if r.request_id not in gone]
+    return (
+        [r for r in rows if r.request_id not in gone],
+        [r for r in rows if r.request_id in clashes],
+    )
 
 
 def _chunks(items: Sequence[str], n: int = _CHUNK) -> Iterable[Sequence[str]]:
@@ -197,8 +209,8 @@ def _chunks(items: Sequence[str], n: int = _CHUNK) -> Iterable[Sequence[str]]:
 
 
 def _store_sqlite(
-    session: Session, rows: Sequence[Row], *, received_digest: str, actor: str
-) -> tuple[int | None, list[Row]]:
+    session: Session, rows: Sequence[Row], *, received_digest: str, actor: str, source: str
+) -> tuple[int | None, list[Row], list[Row]]:
     found: dict[str, str] = {}
     for chunk in _chunks([r.request_id for r in rows]):
         found.update(
@@ -211,12 +223,10 @@ def _store_sqlite(
                 )
             }
         )
-    clashes = [r.request_id for r in rows if found.get(r.request_id, r.tag_digest) != r.tag_digest]
-    if clashes:
-        raise conflict(clashes)
+    taken = [r for r in rows if found.get(r.request_id, r.tag_digest) != r.tag_digest]
     fresh = [r for r in rows if r.request_id not in found]
     if not fresh:
-        return None, []
+        return None, [], taken
     batch = RequestBatch(
         merkle_root="",
         received_digest=received_digest,
@@ -227,6 +237,7 @@ def _store_sqlite(
     )
     session.add(batch)
     session.flush()
+    cut = _cut(source)
     session.execute(
         insert(RequestId),
         [
@@ -235,12 +246,14 @@ def _store_sqlite(
                 "served_at": r.served_at,
                 "tag_digest": r.tag_digest,
                 "batch_id": batch.id,
+                "source": source,
+                "client_request_id": r.request_id[cut:],
             }
             for r in fresh
         ],
     )
     session.execute(insert(RequestTag), [_tag_dict(r) for r in fresh])
-    return batch.id, fresh
+    return batch.id, fresh, taken
 
 
 def _tag_dict(row: Row) -> dict[str, Any]:

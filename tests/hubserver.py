@@ -219,6 +219,7 @@ class _Handler(BaseHTTPRequestHandler):
         query = parse_qs(url.query)
         parts = url.path.split("/")[1:]  # raw (still percent-encoded) segments
         self.server.requests.append((self.command, self.path))
+        self.server.authorizations.append(self.headers.get("Authorization"))
         if len(parts) >= 4 and parts[0] == "api" and parts[1] == "models":
             repo_id = f"{unquote(parts[2])}/{unquote(parts[3])}"
             rest = parts[4:]
@@ -353,11 +354,13 @@ class _Server(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.fixture = fixture
         self.requests: list[tuple[str, str]] = []
+        self.authorizations: list[str | None] = []  # each request's Authorization header
 
 
 class HubServer:
     """A running server: ``endpoint``, the fixture's ``add_repo``/``update_branch``/``set_branch``
-    and the ``requests`` log (method, raw path) for asserting what the client asked."""
+        and the ``requests`` log (method, raw path) and ``authorizations`` (each request's
+    ``Authorization`` header) for asserting what the client asked and with which token."""
 
     def __init__(self, fixture: HubFixture | None = None) -> None:
         self.fixture = fixture or HubFixture()
@@ -382,6 +385,11 @@ class HubServer:
     @property
     def requests(self) -> list[tuple[str, str]]:
         return self._server.requests
+
+    @property
+    def authorizations(self) -> list[str | None]:
+        """The ``Authorization`` header of every request (None when absent), in order."""
+        return self._server.authorizations
 
     def add_repo(
         self,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
@@ -12,6 +14,7 @@ from registry import db
 from registry.errors import SchemaOutOfDate
 
 router = APIRouter(tags=["health"])
+logger = logging.getLogger("pairreg.api")
 
 
 class Health(BaseModel):
@@ -32,5 +35,13 @@ def readyz(request: Request) -> Health | JSONResponse:
     except SchemaOutOfDate as exc:
         return problem_response(503, exc.title, exc.message, exc.kind)
     except SQLAlchemyError as exc:
-        return problem_response(503, "Database unreachable", str(exc).splitlines()[0], "database")
+        # The probe is public: the driver's text (host, port, user, database, the server's
+        # own message) goes to the server log only.
+        logger.warning("readiness: database unreachable: %s", str(exc).splitlines()[0])
+        return problem_response(
+            503,
+            "Database unreachable",
+            "the database is unreachable; the server log says why",
+            "database",
+        )
     return Health(status="ready", schema_revision=db.head_revision())

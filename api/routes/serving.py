@@ -37,7 +37,7 @@ from sse_starlette import EventSourceResponse
 from api import tracing
 from api.auth import Principal, require
 from api.backend import local_backend
-from api.engines import Generation, engine_cache
+from api.engines import Generation, engine_cache, generation_slots
 from registry.errors import InvalidInput, NotFound
 from registry.models import utcnow
 from registry.roles import INGEST
@@ -87,6 +87,21 @@ def _live_engine(model: str, request: Request, principal: Principal) -> tuple[An
     if dep.current_pair_digest is None:
         raise InvalidInput(f"deployment {model} has no live pair", field="model")
     return backend, engine_cache(request.app).get(backend, dep.current_pair_digest)
+
+
+def _check_caps(request: Request, prompts: int, max_tokens: int, field: str) -> None:
+    """The per-request limits (settings ``serve_max_prompts`` and ``serve_max_tokens``):
+    a request asking for more is the client's to fix, a 422 naming the field."""
+    settings = request.app.state.settings
+    if prompts > settings.serve_max_prompts:
+        raise InvalidInput(
+            f"at most {settings.serve_max_prompts} prompts per request, got {prompts}",
+            field="prompt",
+        )
+    if max_tokens > settings.serve_max_tokens:
+        raise InvalidInput(
+            f"{field} must be at most {settings.serve_max_tokens}, got {max_tokens}", field=field
+        )
 
 
 def _check_greedy(temperature: float | None) -> None:
@@ -162,24 +177,26 @@ def completions(
     prompts = [body.prompt] if isinstance(body.prompt, str) else list(body.prompt)
     if not prompts:
         raise InvalidInput("prompt must not be empty", field="prompt")
+    _check_caps(request, len(prompts), body.max_tokens, "max_tokens")
     request_id = request.headers.get("x-request-id") or f"cmpl-{uuid.uuid4().hex}"
     served_at = utcnow()
-    backend, engine = _live_engine(body.model, request, principal)
-    with _span(request, tracing.TEXT_COMPLETION, body.model, body.max_tokens, request_id,
-               engine) as span:  # fmt: skip
-        runs = [engine.generate(p, body.max_tokens) for p in prompts]
-        choices = [
-            {"index": i, "text": g.text, "logprobs": None, "finish_reason": g.finish_reason}
-            for i, g in enumerate(runs)
-        ]
-        spec = _spec(runs)
-        usage = _usage(runs)
-        span.set_attributes(
-            tracing.response_attributes(
-                {"id": request_id, "model": body.model, "usage": usage, "choices": choices},
-                spec,
+    with generation_slots(request.app).hold(principal.actor):
+        backend, engine = _live_engine(body.model, request, principal)
+        with _span(request, tracing.TEXT_COMPLETION, body.model, body.max_tokens, request_id,
+                   engine) as span:  # fmt: skip
+            runs = [engine.generate(p, body.max_tokens) for p in prompts]
+            choices = [
+                {"index": i, "text": g.text, "logprobs": None, "finish_reason": g.finish_reason}
+                for i, g in enumerate(runs)
+            ]
+            spec = _spec(runs)
+            usage = _usage(runs)
+            span.set_attributes(
+                tracing.response_attributes(
+                    {"id": request_id, "model": body.model, "usage": usage, "choices": choices},
+                    spec,
+                )
             )
-        )
     _tag(backend, request_id, body.model, engine, served_at, usage, spec)
     headers = {"x-request-id": request_id, "x-pairreg-pair-digest": engine.pair_digest}
     base = {"id": request_id, "object": "text_completion", "created": int(time.time()),
@@ -263,21 +280,24 @@ def chat_completions(
 ) -> Any:
     _check_greedy(body.temperature)
     max_tokens = body.max_completion_tokens or body.max_tokens or 16
+    field = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
+    _check_caps(request, 1, max_tokens, field)
     messages = [{"role": m.role, "content": m.text()} for m in body.messages]
     request_id = request.headers.get("x-request-id") or f"chatcmpl-{uuid.uuid4().hex}"
     served_at = utcnow()
-    backend, engine = _live_engine(body.model, request, principal)
-    with _span(request, tracing.CHAT, body.model, max_tokens, request_id, engine) as span:
-        g = engine.generate(messages, max_tokens)
-        spec = _spec([g])
-        usage = _usage([g])
-        span.set_attributes(
-            tracing.response_attributes(
-                {"id": request_id, "model": body.model, "usage": usage,
-                 "choices": [{"finish_reason": g.finish_reason}]},
-                spec,
-            )
-        )  # fmt: skip
+    with generation_slots(request.app).hold(principal.actor):
+        backend, engine = _live_engine(body.model, request, principal)
+        with _span(request, tracing.CHAT, body.model, max_tokens, request_id, engine) as span:
+            g = engine.generate(messages, max_tokens)
+            spec = _spec([g])
+            usage = _usage([g])
+            span.set_attributes(
+                tracing.response_attributes(
+                    {"id": request_id, "model": body.model, "usage": usage,
+                     "choices": [{"finish_reason": g.finish_reason}]},
+                    spec,
+                )
+            )  # fmt: skip
     _tag(backend, request_id, body.model, engine, served_at, usage, spec)
     headers = {"x-request-id": request_id, "x-pairreg-pair-digest": engine.pair_digest}
     created = int(time.time())

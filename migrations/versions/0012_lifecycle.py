@@ -1,7 +1,7 @@
 """lifecycle: outgoing webhooks and outbox, incoming MLflow webhooks, acceptance curves
 
 Revision ID: 0012
-Revises: 0010
+Revises: 0011
 Create Date: 2026-12-03 15:45:00.000000
 """
 
@@ -13,7 +13,7 @@ from alembic import op
 from registry.models.base import UTCDateTime
 
 revision = "0012"
-down_revision = "0010"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 

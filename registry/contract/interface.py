@@ -91,6 +91,7 @@ from registry.records_trust import (
 )
 from registry.roles import TokenRole
 from registry.services.duties import ApprovalReason
+from registry.services.requests import _SOURCE
 
 
 class Backend(Protocol):
@@ -557,7 +558,7 @@ class Backend(Protocol):
         ...
 
     def ingest_requests(self, *, tags: list[TagIn] | list[dict[str, Any]]) -> IngestResult:
-        """Ingest a batch of request tags (idempotent by request id)."""
+        """Ingest request tags (idempotent per source; conflicts reported per tag)."""
         ...
 
     def list_requests(
@@ -574,11 +575,11 @@ class Backend(Protocol):
         """List request tags."""
         ...
 
-    def audit_request(self, *, request_id: str) -> RequestAudit:
+    def audit_request(self, *, request_id: str, source: _SOURCE = ...) -> RequestAudit:
         """Which pair served this request, with everything needed to reconstruct it."""
         ...
 
-    def build_bundle(self, *, request_id: str) -> dict[str, Any]:
+    def build_bundle(self, *, request_id: str, source: str | None = ...) -> dict[str, Any]:
         """A self-contained, offline-verifiable audit bundle for one request."""
         ...
 

@@ -10,9 +10,12 @@ rendering.
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit, urlunsplit
+
 from registry import roles
 from registry.contract.spec import CallContext, Operation
 from registry.errors import Conflict, Forbidden, InvalidInput, NotFound, SchemaOutOfDate
+from registry.hub import HubAccess
 from registry.records_requests import decode_tags
 from registry.services import (
     artifacts,
@@ -57,9 +60,30 @@ def _hash_workers(ctx: CallContext) -> int | None:
 
 
 def _mlflow_ui(ctx: CallContext) -> str | None:
-    """The MLflow UI's base URL when runs are tracked on a server (links from the dashboard)."""
+    """The MLflow UI's base URL when runs are tracked on a server (links from the dashboard).
+
+    Only scheme, host, port and path: a tracking URI may carry credentials
+    (``https://user:secret@mlflow/``) or a token in its query, and this goes to every
+    token holder."""
     uri = ctx.settings.mlflow_tracking_uri or ""
-    return uri.rstrip("/") if uri.startswith(("http://", "https://")) else None
+    if not uri.startswith(("http://", "https://")):
+        return None
+    return public_url(uri)
+
+
+def public_url(uri: str) -> str | None:
+    """``uri`` without userinfo, query or fragment (None when it has no usable host)."""
+    try:
+        parts = urlsplit(uri)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return None
+    if not host:
+        return None
+    netloc = f"[{host}]" if ":" in host else host
+    if port is not None:
+        netloc += f":{port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", "")).rstrip("/")
 
 
 def _confine(ctx: CallContext) -> PathLimits | None:
@@ -71,6 +95,18 @@ def _via(ctx: CallContext) -> str:
     """How a self-reported measurement arrived: over HTTP (a token's word), or from the
     embedded registry's own user (who owns the database anyway)."""
     return "http" if ctx.remote else "local"
+
+
+def _hub_access(ctx: CallContext) -> HubAccess:
+    """The Hub tokens configured per repository (never the ambient login unless the operator
+    opts in), and for a remote caller the same file and byte caps as a local source."""
+    limits = path_limits(ctx.settings, remote=ctx.remote)
+    return HubAccess(
+        tokens=dict(ctx.settings.hub_tokens),
+        ambient=ctx.settings.hub_ambient_token,
+        max_files=limits.max_files if limits else None,
+        max_bytes=limits.max_bytes if limits else None,
+    )
 
 
 def _nothing_new(attr: str):  # -> Callable[[Any], bool]
@@ -89,7 +125,7 @@ OPERATIONS: tuple[Operation, ...] = (
         errors=NFC,
         status=201,
         unchanged=(_nothing_new("created"), 200, "Identical content existed"),
-        context={"hash_workers": _hash_workers, "confine": _confine},
+        context={"hash_workers": _hash_workers, "confine": _confine, "hub_access": _hub_access},
         examples=(
             {
                 "source": "hf://acme/chat-8b@main",
@@ -639,6 +675,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "Poll watched Hub branches once",
         "drift",
         errors=NF,
+        context={"hub_access": _hub_access},
     ),
     # -- outgoing webhooks (docs/lifecycle.md) --------------------------------------------
     Operation(
@@ -754,7 +791,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "POST",
         "/v1/requests",
         roles.INGEST,
-        "Ingest a batch of request tags (idempotent by request id)",
+        "Ingest request tags (idempotent per source; conflicts reported per tag)",
         "requests",
         errors=NFC,
         status=201,
@@ -778,7 +815,7 @@ OPERATIONS: tuple[Operation, ...] = (
         roles.READ_AUDIT,
         "Which pair served this request, with everything needed to reconstruct it",
         "requests",
-        errors=NF,
+        errors=NFC,
     ),
     Operation(
         bundles.build_bundle,
@@ -787,7 +824,7 @@ OPERATIONS: tuple[Operation, ...] = (
         roles.READ_AUDIT,
         "A self-contained, offline-verifiable audit bundle for one request",
         "requests",
-        errors=NF,
+        errors=NFC,
         context={"key_path": _signing_key},
     ),
     Operation(

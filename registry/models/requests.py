@@ -65,12 +65,19 @@ class RequestId(Base):
     """The idempotency index: one row per request id ever accepted."""
 
     __tablename__ = "request_ids"
-    __table_args__ = (Index("ix_request_ids_batch", "batch_id", "request_id"),)
+    __table_args__ = (
+        Index("ix_request_ids_batch", "batch_id", "request_id"),
+        Index("ix_request_ids_client", "client_request_id"),
+    )
 
-    request_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    # The stored key: ``<source>/<client id>`` (the bare client id for tags stored before
+    # migration 0011, whose source is ``''``); see ``registry.services.requests.stored_key``.
+    request_id: Mapped[str] = mapped_column(String(400), primary_key=True)
     served_at: Mapped[datetime] = mapped_column(UTCDateTime())
     tag_digest: Mapped[str] = mapped_column(String(64))
     batch_id: Mapped[int] = mapped_column(Integer)  # request_batches.id (see module notes)
+    source: Mapped[str] = mapped_column(String(120), server_default="")
+    client_request_id: Mapped[str | None] = mapped_column(String(200))
 
 
 class RequestTag(Base):
@@ -83,7 +90,7 @@ class RequestTag(Base):
         {"postgresql_partition_by": "RANGE (served_at)"},
     )
 
-    request_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    request_id: Mapped[str] = mapped_column(String(400), primary_key=True)  # the stored key
     served_at: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
     deployment_id: Mapped[int] = mapped_column(Integer)  # deployments.id (see module notes)
     pair_id: Mapped[int] = mapped_column(Integer)  # pairs.id (see module notes)

@@ -63,10 +63,12 @@ class _Content:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _hash_source(source: str, workers: int | None, confine: PathLimits | None) -> _Content:
+def _hash_source(
+    source: str, workers: int | None, confine: PathLimits | None, access: hub.HubAccess
+) -> _Content:
     if source.startswith("hf://"):
         try:
-            resolved = hub.resolve(source, workers=workers)
+            resolved = hub.resolve(source, workers=workers, access=access)
         except hub.HubError as exc:
             raise _hub_error(exc) from exc
         manifest = Manifest.from_entries(resolved.entries)
@@ -221,6 +223,7 @@ def add_artifact(
     signature: SignatureIn | None = None,
     policy: str | None = None,
     confine: PathLimits | None = None,
+    hub_access: hub.HubAccess | None = None,
 ) -> ArtifactAddResult:
     """Register a directory or Hub revision; identical content returns the existing record.
 
@@ -229,13 +232,15 @@ def add_artifact(
     chain). With ``policy``, that policy's signature rules apply here already. A local
     ``source`` is taken literally (no ``~``); ``confine`` (filled by the edge for a remote
     caller) keeps it, and the signature file, under the server's artifact roots.
+    ``hub_access`` (filled by the edge) picks the token an ``hf://`` source is read with and
+    caps what it may fetch; without it, no token and no cap.
     """
     name = _check_name(name)
     if role not in ROLES:
         raise InvalidInput(f"role must be one of {', '.join(ROLES)}", field="role")
     if hash_workers is None:
         hash_workers = get_settings().hash_workers
-    content = _hash_source(source, hash_workers, confine)
+    content = _hash_source(source, hash_workers, confine, hub_access or hub.HubAccess())
     described = _describe(content)
     checked = _verify_signature(content, signature, confine) if signature is not None else None
 

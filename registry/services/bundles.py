@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -35,7 +36,7 @@ from registry.canonical import canonical_json
 from registry.errors import InvalidInput
 from registry.models import AuditEvent, RequestId
 from registry.services.base import operation
-from registry.services.requests import audit_request
+from registry.services.requests import audit_request, stored_key
 from registry.settings import get_settings
 
 
@@ -75,10 +76,17 @@ def _seq_with_payload(
 
 @operation
 def build_bundle(
-    session: Session, *, request_id: str, key_path: str | None = None
+    session: Session,
+    *,
+    request_id: str,
+    source: Annotated[
+        str | None,
+        Field(max_length=120, description="The source that sent the id, if two sources did."),
+    ] = None,
+    key_path: str | None = None,
 ) -> dict[str, Any]:
     """The bundle for one request, with a checkpoint signed now (needs the audit key)."""
-    answer = audit_request(session, request_id=request_id)
+    answer = audit_request(session, request_id=request_id, source=source)
     pair = answer.pair
     refs: dict[str, int | None] = {
         "target_added": _seq(session, "artifact.added", "artifact", pair["target"]["id"]),
@@ -123,7 +131,7 @@ def build_bundle(
     )
     ids = [r for r, _ in leaves]
     digests = [d for _, d in leaves]
-    index = ids.index(request_id)
+    index = ids.index(stored_key(answer.tag.source, answer.tag.request_id))
     root = merkle_root(digests)
     bundle: dict[str, Any] = {
         "format": BUNDLE_FORMAT,

@@ -7,11 +7,20 @@ Ingest of one batch, in one transaction:
    event history (read once per deployment per batch, then a binary search per tag); a tag
    without a digest gets that pair, a tag whose digest differs is stored as *inconsistent*;
 3. digest each tag (``registry.tag_encoding``: the canonical bytes without a dict per tag);
-   the same id twice in the batch with different content is a 409;
-4. store the new ids and their tags (``registry.tag_store``: on PostgreSQL a ``COPY`` into a
-   staging table and one set-based statement); an id already recorded with the same digest is
-   a retry (no-op), with a different digest it fails the whole batch with 409 naming the ids;
+   the same id twice in the batch with different content keeps the first and reports the
+   other as a conflict;
+4. store the new ids and their tags (``registry.tag_store``: on PostgreSQL a bulk ``COPY``,
+   or a staging table and one set-based statement); an id already recorded with the same
+   digest is a retry (no-op), with a different digest that one tag is reported as a conflict
+   and every other tag is stored;
 5. append one audit event with the batch's Merkle root over the stored tags' digests.
+
+Request ids are the client's, so they are unique only per **source**, the actor that ingests
+them (``token:<name>`` over HTTP, ``local:<user>`` embedded): the stored key is
+``<source>/<client id>`` (:func:`stored_key`), and the client's id is kept beside it
+(``request_ids.client_request_id``) for look-ups. One client therefore cannot claim, or
+clash with, an id another client sends; a clash within one source is that source's own
+conflict, reported per tag and never a reason to refuse the rest of the batch.
 
 The registry's global write lock is taken only at step 5 (by ``append_event``), so batches
 from many clients insert in parallel and serialise only for the event. Ids are inserted
@@ -37,7 +46,7 @@ from registry import tag_store
 from registry.audit import append_event
 from registry.bundle_verify import format_time, merkle_root
 from registry.canonical import digest_of
-from registry.errors import InvalidInput, NotFound
+from registry.errors import Conflict, InvalidInput, NotFound
 from registry.gc_pause import gc_paused
 from registry.models import (
     Deployment,
@@ -58,6 +67,7 @@ from registry.records_requests import (
     RequestCounts,
     RequestPage,
     RequestTagRecord,
+    TagConflict,
     TagIn,
 )
 from registry.refs import resolve_deployment, resolve_pair
@@ -66,10 +76,28 @@ from registry.services.artifacts import to_record as artifact_record
 from registry.services.base import check_limit, operation
 from registry.services.pairs import to_record as pair_record
 from registry.tag_encoding import json_string, tag_json, time_texts, validated_counters_json
-from registry.tag_store import Row, conflict
+from registry.tag_store import Row
 from registry.timeline import live_event, load_timelines
 
 _CHUNK = 5000  # ids per IN (...) list; SQLite's variable limit is 32766
+_SOURCE_MAX = 120  # request_ids.source
+
+
+def source_of(actor: str) -> str:
+    """The namespace of an ingesting actor's request ids: the actor with ``%`` and ``/``
+    escaped, so the first ``/`` of a stored key always ends the source (two different
+    (source, client id) pairs never make the same key). A very long actor keeps a prefix and
+    a digest of the whole."""
+    src = actor.replace("%", "%25").replace("/", "%2F")
+    if len(src) > _SOURCE_MAX:
+        src = src[: _SOURCE_MAX - 17] + "~" + hashlib.sha256(actor.encode()).hexdigest()[:16]
+    return src
+
+
+def stored_key(source: str, request_id: str) -> str:
+    """The unique key of a client's request id within its source (the bare id for tags
+    stored before ids were namespaced, whose source is ``''``)."""
+    return f"{source}/{request_id}" if source else request_id
 
 
 # --- ingest -----------------------------------------------------------------------------
@@ -114,9 +142,13 @@ def _pair_ids(session: Session, digests: list[str]) -> dict[str, int]:
     return out
 
 
-def _rows(session: Session, parsed: list[TagIn]) -> tuple[list[Row], list[str]]:
+def _rows(
+    session: Session, parsed: list[TagIn], prefix: str
+) -> tuple[list[Row], list[str], list[TagConflict], dict[str, int]]:
     """Resolve names, fill in or check each tag's pair, digest it: one :class:`Row` per
-    distinct request id, sorted by id (plus the deployment names, sorted)."""
+    distinct request id, keyed ``prefix + id`` and sorted by key (plus the deployment names,
+    sorted; the tags whose id an earlier tag of the batch holds with other content; and each
+    key's position in the batch)."""
     dep_names = sorted({t.deployment for t in parsed})
     deps: dict[str, int] = {
         n: i
@@ -160,6 +192,8 @@ def _rows(session: Session, parsed: list[TagIn]) -> tuple[list[Row], list[str]]:
     sha256, served_text = hashlib.sha256, time_texts()
 
     rows: dict[str, Row] = {}
+    first: dict[str, int] = {}
+    clashes: list[TagConflict] = []
     for i, tag in enumerate(parsed):
         dep_id, dep_text, times, live_ids = per_dep[tag.deployment]
         at = tag.served_at
@@ -198,11 +232,15 @@ def _rows(session: Session, parsed: list[TagIn]) -> tuple[list[Row], list[str]]:
                 "null" if spec is None else spec,
             )
         ).hexdigest()
-        prior = rows.get(tag.request_id)
-        if prior is not None and prior.tag_digest != digest:
-            raise conflict([tag.request_id])
-        rows[tag.request_id] = Row(
-            tag.request_id,
+        key = prefix + tag.request_id
+        prior = rows.get(key)
+        if prior is not None:
+            if prior.tag_digest != digest:
+                clashes.append(TagConflict(index=i, request_id=tag.request_id, reason="batch"))
+            continue  # the first tag under an id is the one the batch stands for
+        first[key] = i
+        rows[key] = Row(
+            key,
             at,
             dep_id,
             pair_id,
@@ -213,7 +251,7 @@ def _rows(session: Session, parsed: list[TagIn]) -> tuple[list[Row], list[str]]:
             consistent,
             digest,
         )
-    return [rows[r] for r in sorted(rows)], dep_names
+    return [rows[r] for r in sorted(rows)], dep_names, clashes, first
 
 
 @operation
@@ -230,18 +268,36 @@ def ingest_requests(
 
 def _ingest(session: Session, tags: Sequence[TagIn | dict[str, Any]], actor: str) -> IngestResult:
     parsed = _parse_tags(tags)
+    source = source_of(actor)
     if not parsed:
-        return IngestResult(received=0, stored=0, duplicates=0, inconsistent=0)
-    rows, dep_names = _rows(session, parsed)
+        return IngestResult(received=0, stored=0, duplicates=0, inconsistent=0, source=source)
+    prefix = stored_key(source, "")
+    rows, dep_names, clashes, first = _rows(session, parsed, prefix)
     received_digest = digest_of([r.tag_digest for r in rows])
-    batch_id, stored = tag_store.store(session, rows, received_digest=received_digest, actor=actor)
-    duplicates = len(parsed) - len(stored)
+    batch_id, stored, taken = tag_store.store(
+        session, rows, received_digest=received_digest, actor=actor, source=source
+    )
+    cut = len(prefix)
+    clashes += [
+        TagConflict(index=first[r.request_id], request_id=r.request_id[cut:], reason="recorded")
+        for r in taken
+    ]
+    clashes.sort(key=lambda c: c.index)
+    duplicates = len(parsed) - len(stored) - len(clashes)
     if batch_id is None:
-        return IngestResult(received=len(parsed), stored=0, duplicates=duplicates, inconsistent=0)
-    inconsistent_ids = [r.request_id for r in stored if not r.consistent]
+        return IngestResult(
+            received=len(parsed),
+            stored=0,
+            duplicates=duplicates,
+            conflicted=len(clashes),
+            conflicts=clashes,
+            inconsistent=0,
+            source=source,
+        )
+    inconsistent_ids = [r.request_id[cut:] for r in stored if not r.consistent]
     root = merkle_root([r.tag_digest for r in stored])
     times = [r.served_at for r in stored]
-    observed = online.prepare(_observations(parsed, stored))  # before the write lock
+    observed = online.prepare(_observations(parsed, stored, cut))  # before the write lock
     event = append_event(
         session,
         actor=actor,
@@ -255,7 +311,9 @@ def _ingest(session: Session, tags: Sequence[TagIn | dict[str, Any]], actor: str
             "received": len(parsed),
             "stored": len(stored),
             "duplicates": duplicates,
+            "conflicted": len(clashes),
             "inconsistent": len(inconsistent_ids),
+            "source": source,
             "deployments": dep_names,
             "first_served_at": format_time(min(times)),
             "last_served_at": format_time(max(times)),
@@ -278,8 +336,11 @@ def _ingest(session: Session, tags: Sequence[TagIn | dict[str, Any]], actor: str
         received=len(parsed),
         stored=len(stored),
         duplicates=duplicates,
+        conflicted=len(clashes),
+        conflicts=clashes,
         inconsistent=len(inconsistent_ids),
         inconsistent_ids=inconsistent_ids[:100],
+        source=source,
         batch_id=batch_id,
         audit_seq=event.seq,
         merkle_root=root,
@@ -292,7 +353,13 @@ def _ingest(session: Session, tags: Sequence[TagIn | dict[str, Any]], actor: str
 def _tag_select():  # type: ignore[no-untyped-def]
     return (
         select(
-            RequestTag, RequestId.tag_digest, RequestId.batch_id, Pair.pair_digest, Deployment.name
+            RequestTag,
+            RequestId.tag_digest,
+            RequestId.batch_id,
+            Pair.pair_digest,
+            Deployment.name,
+            RequestId.source,
+            RequestId.client_request_id,
         )
         .join(
             RequestId,
@@ -306,10 +373,14 @@ def _tag_select():  # type: ignore[no-untyped-def]
     )
 
 
+_RECORD_COLUMNS = 7  # _tag_select's columns
+
+
 def _to_record(row: Any) -> RequestTagRecord:
-    tag, tag_digest, batch_id, pair_digest, dep_name = row
+    tag, tag_digest, batch_id, pair_digest, dep_name, source, client_id = row
     return RequestTagRecord(
-        request_id=tag.request_id,
+        request_id=tag.request_id if client_id is None else client_id,
+        source=source or "",
         deployment=dep_name,
         pair_digest=pair_digest,
         served_at=tag.served_at,
@@ -323,17 +394,68 @@ def _to_record(row: Any) -> RequestTagRecord:
     )
 
 
-def load_tag(session: Session, request_id: str) -> tuple[RequestTag, RequestTagRecord]:
-    """One tag by id in one round trip: ``request_ids`` (primary key) supplies ``served_at``,
-    which prunes ``request_tags`` to one partition at execution time."""
-    row = session.execute(_tag_select().where(RequestId.request_id == request_id)).first()
-    if row is None:
+def resolve_key(session: Session, request_id: str, source: str | None = None) -> str:
+    """The stored key of a client's request id: within ``source`` when given (its key, by
+    primary key); otherwise the one source that sent that id (or a stored key itself).
+    Ids are unique per source only, so an id two sources sent is ambiguous: 409 naming the
+    sources, to be asked again with one of them."""
+    if source is not None:
+        key = stored_key(source, request_id)
+        if session.get(RequestId, key) is None:
+            raise NotFound(
+                f"no request tagged {request_id!r} from source {source!r}", field="request_id"
+            )
+        return key
+    found = session.execute(
+        select(RequestId.request_id, RequestId.source)
+        .where(or_(RequestId.client_request_id == request_id, RequestId.request_id == request_id))
+        .order_by(RequestId.source)
+        .limit(51)
+    ).all()
+    if not found:
         raise NotFound(f"no request tagged {request_id!r}", field="request_id")
-    return row[0], _to_record(row)
+    keys = {k for k, _ in found}
+    if len(keys) > 1:
+        sources = sorted({s for _, s in found})
+        raise Conflict(
+            f"request id {request_id!r} was sent by {len(keys)} sources "
+            f"({', '.join(repr(x) for x in sources[:10])}): name one with source",
+            field="source",
+            details={"sources": sources},
+        )
+    return found[0][0]
 
 
-def get_request_tag(session: Session, *, request_id: str) -> RequestTagRecord:
-    return load_tag(session, request_id)[1]
+def load_tag(
+    session: Session, request_id: str, source: str | None = None
+) -> tuple[RequestTag, RequestTagRecord]:
+    """One tag by id in one round trip: ``request_ids`` (its primary key, or the client-id
+    index) supplies ``served_at``, which prunes ``request_tags`` to one partition at execution
+    time. An id two sources sent is resolved by :func:`resolve_key` (and refused there)."""
+    if source is not None:
+        where = RequestId.request_id == stored_key(source, request_id)
+    else:
+        where = or_(RequestId.client_request_id == request_id, RequestId.request_id == request_id)
+    rows = session.execute(_tag_select().where(where).limit(2)).all()
+    if len(rows) != 1:
+        resolve_key(session, request_id, source)  # raises: not found, or which sources
+    return rows[0][0], _to_record(rows[0])
+
+
+_SOURCE = Annotated[
+    str | None,
+    Field(
+        max_length=_SOURCE_MAX,
+        description="The source that sent the id (as shown in a tag's `source`); needed "
+        "only when two sources sent the same id.",
+    ),
+]
+
+
+def get_request_tag(
+    session: Session, *, request_id: str, source: _SOURCE = None
+) -> RequestTagRecord:
+    return load_tag(session, request_id, source)[1]
 
 
 def _event_record(ev: DeploymentEvent, digests: dict[int, str]) -> dict[str, Any]:
@@ -422,16 +544,15 @@ _AUDIT_FLAGS = (
 
 
 @operation
-def audit_request(session: Session, *, request_id: str) -> RequestAudit:
+def audit_request(session: Session, *, request_id: str, source: _SOURCE = None) -> RequestAudit:
     """Which pair served this request, and everything needed to reconstruct that answer."""
     # The tag with its pair (and that pair's artifacts), deployment and batch; the move live
     # when it was served, with both pairs' digests and the validation it cited; the drift
     # flags open then.
-    row = session.execute(_AUDIT_TAG, {"request_id": request_id}).first()
-    if row is None:
-        raise NotFound(f"no request tagged {request_id!r}", field="request_id")
-    tag, record = row[0], _to_record(row[:5])
-    pair, dep, batch = row[5:]
+    key = resolve_key(session, request_id, source)
+    row = session.execute(_AUDIT_TAG, {"request_id": key}).one()
+    tag, record = row[0], _to_record(row[:_RECORD_COLUMNS])
+    pair, dep, batch = row[_RECORD_COLUMNS:]
     live = live_event(session, dep.id, tag.served_at)
     digests: dict[int, str] = {pair.id: pair.pair_digest}
     validation = None
@@ -580,13 +701,17 @@ def maintain_partitions(session: Session, *, ahead: int = 3) -> dict[str, Any]:
     }
 
 
-def _observations(parsed: list[TagIn], stored: list[Row]) -> list[online.Observation]:
+def _observations(parsed: list[TagIn], stored: list[Row], cut: int) -> list[online.Observation]:
     """What online monitoring reads from the stored tags: the spec counters come from the
-    validated tags (the stored spec is their canonical JSON, so they are the same values)."""
-    counters = {t.request_id: t.spec for t in parsed if t.spec is not None}
+    validated tags (the stored spec is their canonical JSON, so they are the same values;
+    ``cut`` strips the source from a stored key)."""
+    counters: dict[str, Any] = {}
+    for t in parsed:  # the first tag under an id is the one stored
+        if t.request_id not in counters:
+            counters[t.request_id] = t.spec
     out = []
     for r in stored:
-        sp = counters.get(r.request_id)
+        sp = counters.get(r.request_id[cut:])
         out.append(
             online.Observation(
                 r.request_id,

@@ -170,6 +170,7 @@ def _rows_for(session: Session, batch_ids: list[int]) -> list[dict[str, Any]]:
             RequestId.batch_id,
             Pair.pair_digest,
             Deployment.name,
+            RequestId.client_request_id,
         )
         .join(
             RequestId,
@@ -182,10 +183,12 @@ def _rows_for(session: Session, batch_ids: list[int]) -> list[dict[str, Any]]:
         .order_by(RequestId.batch_id, RequestId.request_id)
     )
     out = []
-    for tag, digest, batch_id, pair_digest, dep in rows:
+    # The client's id, which its tag digest covers (a batch's keys share one source, so key
+    # order is client-id order within a batch).
+    for tag, digest, batch_id, pair_digest, dep, client_id in rows:
         out.append(
             {
-                "request_id": tag.request_id,
+                "request_id": tag.request_id if client_id is None else client_id,
                 "deployment": dep,
                 "pair_digest": pair_digest,
                 "served_at": format_time(tag.served_at),

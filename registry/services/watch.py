@@ -41,13 +41,21 @@ def watched_lineages(session: Session, lineage: str | None = None) -> list[Artif
 
 
 @operation
-def watch(session: Session, *, lineage: str | None = None, actor: str) -> list[WatchResult]:
-    """Poll every watched branch once; register the new commit where a branch moved."""
+def watch(
+    session: Session,
+    *,
+    lineage: str | None = None,
+    actor: str,
+    hub_access: hub.HubAccess | None = None,
+) -> list[WatchResult]:
+    """Poll every watched branch once; register the new commit where a branch moved
+    (``hub_access``, filled by the edge: the configured token per repository)."""
+    access = hub_access or hub.HubAccess()
     results: list[WatchResult] = []
     for art in watched_lineages(session, lineage):
         source = f"hf://{art.hub_repo}@{art.hub_revision}"
         try:
-            head = hub.branch_head(source)
+            head = hub.branch_head(source, access=access)
         except hub.HubError as exc:
             results.append(
                 WatchResult(
@@ -79,6 +87,7 @@ def watch(session: Session, *, lineage: str | None = None, actor: str) -> list[W
             role=role.role if role else art.role,  # type: ignore[arg-type]
             provenance=Provenance.model_validate(art.provenance),
             actor=actor,
+            hub_access=access,
         )
         head = added.artifact.hub_commit or head
         results.append(

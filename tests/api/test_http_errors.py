@@ -126,6 +126,23 @@ def test_probes_and_out_of_date_schema(api: ApiEnv) -> None:
     assert api.client.get("/healthz").status_code == 200
 
 
+def test_readyz_shows_no_database_error_text(api: ApiEnv, caplog) -> None:  # type: ignore[no-untyped-def]
+    """The probe is public: a database error says only that the database is unreachable;
+    the driver's text (host, port, user, database name) goes to the server log."""
+    good = api.app.state.db_url
+    api.app.state.db_url = "postgresql+psycopg://leakyuser:pw@127.0.0.1:9/leakydb"
+    try:
+        with caplog.at_level("WARNING", logger="pairreg.api"):
+            down = api.client.get("/readyz")
+    finally:
+        api.app.state.db_url = good
+    body = _problem(down, 503)
+    assert body["kind"] == "database" and body["detail"].startswith("the database is unreachable")
+    for secret in ("leakyuser", "leakydb", "127.0.0.1", "psycopg", "refused"):
+        assert secret not in down.text
+    assert "127.0.0.1" in caplog.text  # the operator still learns why
+
+
 def test_tokens_are_stored_hashed_and_bookkept(api: ApiEnv) -> None:
     creds_path = api.settings.credentials_path
     assert stat.S_IMODE(creds_path.stat().st_mode) == 0o600

@@ -41,3 +41,16 @@ def test_mlflow_ui_is_offered_only_for_a_tracking_server(api: ApiEnv) -> None:
     )
     body = api.client.get("/v1/whoami", headers=api.auth("reader")).json()
     assert body["mlflow_ui"] == "http://mlflow.internal:5000"
+
+
+def test_mlflow_ui_never_carries_credentials(api: ApiEnv) -> None:
+    """A tracking URI with userinfo or a token in its query is shown without them."""
+    for uri, shown in [
+        ("https://svc:s3cr3t@mlflow.internal:5000/", "https://mlflow.internal:5000"),
+        ("https://tok3n@mlflow.internal/base/?token=s3cr3t#x", "https://mlflow.internal/base"),
+        ("http://[::1]:5000", "http://[::1]:5000"),
+    ]:
+        api.app.state.settings = api.settings.model_copy(update={"mlflow_tracking_uri": uri})
+        resp = api.client.get("/v1/whoami", headers=api.auth("reader"))
+        assert resp.json()["mlflow_ui"] == shown
+        assert "s3cr3t" not in resp.text and "tok3n" not in resp.text

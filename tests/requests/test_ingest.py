@@ -10,7 +10,7 @@ from sqlalchemy import select
 
 from registry.bundle_verify import merkle_root, tag_digest
 from registry.db import session_scope
-from registry.errors import Conflict, InvalidInput, NotFound
+from registry.errors import InvalidInput, NotFound
 from registry.models import AuditEvent, RequestId, RequestTag
 from registry.services import requests as svc
 from tests.requests.conftest import ACTOR, Served
@@ -96,21 +96,21 @@ def test_fill_in_idempotency_and_consistency(served: Served) -> None:
         assert bad.counts.total == 2 and bad.counts.inconsistent == 2
 
 
-def test_conflict_lists_ids_and_stores_nothing(served: Served) -> None:
+def test_conflict_is_reported_per_tag_and_the_rest_stored(served: Served) -> None:
     s = served
     at = s.t_b + timedelta(minutes=1)
     _ingest(s.url, [_tag(s, "x-1", at), _tag(s, "x-2", at)])
-    with pytest.raises(Conflict) as err:
-        _ingest(
-            s.url,
-            [_tag(s, "x-1", at, output_tokens=99), _tag(s, "x-2", at), _tag(s, "x-3", at)],
-        )
-    assert "x-1" in str(err.value) and "x-2" not in str(err.value)
-    assert err.value.details == {"request_ids": ["x-1"]}
+    res = _ingest(
+        s.url,
+        [_tag(s, "x-1", at, output_tokens=99), _tag(s, "x-2", at), _tag(s, "x-3", at)],
+    )
+    assert (res.stored, res.duplicates, res.conflicted) == (1, 1, 1)
+    assert [(c.index, c.request_id, c.reason) for c in res.conflicts] == [(0, "x-1", "recorded")]
     with session_scope(s.url) as session:
-        assert session.query(RequestId).count() == 2  # x-3 was not stored either
-    with pytest.raises(Conflict):  # same id twice in one batch with different content
-        _ingest(s.url, [_tag(s, "y-1", at), _tag(s, "y-1", at, input_tokens=1)])
+        assert session.query(RequestId).count() == 3  # x-3 was stored
+    # same id twice in one batch with different content: the first is stored
+    res = _ingest(s.url, [_tag(s, "y-1", at), _tag(s, "y-1", at, input_tokens=1)])
+    assert (res.stored, res.conflicted, res.conflicts[0].reason) == (1, 1, "batch")
 
 
 def test_invalid_tags(served: Served) -> None:
@@ -217,7 +217,7 @@ def test_partial_retry_stores_only_the_new_tags(served: Served) -> None:
         ).all()
         batch = session.get(RequestBatch, second.batch_id)
         ids = session.scalars(
-            select(RequestId.request_id)
+            select(RequestId.client_request_id)
             .where(RequestId.batch_id == second.batch_id)
             .order_by(RequestId.request_id)
         ).all()
@@ -255,7 +255,7 @@ def test_two_batches_in_one_transaction(served: Served) -> None:
     assert (a.stored, b.stored) == (1, 1) and a.batch_id != b.batch_id
     with session_scope(s.url) as session:
         assert (
-            session.scalar(select(RequestId.batch_id).where(RequestId.request_id == "t-2"))
+            session.scalar(select(RequestId.batch_id).where(RequestId.client_request_id == "t-2"))
             == b.batch_id
         )
         assert session.query(RequestTag).count() == 2
@@ -286,7 +286,7 @@ def test_postgres_bulk_path_and_its_fallback(
     assert (second.stored, second.duplicates, calls) == (10, 10, [20])
     with session_scope(s.url) as session:
         ids = session.scalars(
-            select(RequestId.request_id).where(RequestId.batch_id == second.batch_id)
+            select(RequestId.client_request_id).where(RequestId.batch_id == second.batch_id)
         ).all()
         assert sorted(ids) == [f"b-{i:03d}" for i in range(50, 60)]
         assert session.query(RequestTag).count() == 60

@@ -14,6 +14,8 @@ from registry.models import Deployment, Pair, RequestBatch, RequestId, RequestTa
 from registry.services import requests as svc
 from tests.requests.conftest import ACTOR, Served
 
+KEY = f"{ACTOR}/ref-0"  # the stored key of client id ref-0
+
 
 def _ingest(s: Served, n: int = 3) -> int:
     tags = [
@@ -36,7 +38,7 @@ def test_referenced_rows_stay(served: Served) -> None:
     s = served
     batch_id = _ingest(s)
     with session_scope(s.url) as session:
-        tag = session.scalars(select(RequestTag).where(RequestTag.request_id == "ref-0")).one()
+        tag = session.scalars(select(RequestTag).where(RequestTag.request_id == KEY)).one()
         pair_id, dep_id = tag.pair_id, tag.deployment_id
         unused_pair = session.scalar(select(Pair.id).where(Pair.pair_digest == s.pair_c))
     _refused(s.url, "DELETE FROM pairs WHERE id = :i", i=pair_id)
@@ -56,7 +58,7 @@ def test_referenced_rows_stay(served: Served) -> None:
         assert session.get(Pair, pair_id) and session.get(Deployment, dep_id)
         assert session.get(RequestBatch, batch_id) is not None
         assert (
-            session.scalar(select(RequestId.batch_id).where(RequestId.request_id == "ref-0"))
+            session.scalar(select(RequestId.batch_id).where(RequestId.request_id == KEY))
             == batch_id
         )
 

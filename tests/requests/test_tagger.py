@@ -73,6 +73,47 @@ def test_rejected_batches_are_set_aside(served_sqlite: Served, tmp_path: Path) -
         server.stop()
 
 
+def test_only_true_conflicts_are_set_aside(served_sqlite: Served, tmp_path: Path) -> None:
+    """The issue's case through the Tagger: another token's ``attacker-chosen`` costs the
+    victims nothing; the victim's own conflicting tag is the only one set aside, and a tag
+    the server names in a 422 is set aside while the rest of its batch is re-sent."""
+    s = served_sqlite
+    server = ApiServer(s.url, tmp_path / "home").start()
+    at = s.t_b + timedelta(minutes=1)
+    try:
+        attacker, victim = mint(s.url, name="attacker"), mint(s.url, name="victim")
+        with Tagger(server.url, attacker, tmp_path / "a", batch_size=10) as tagger:
+            tagger.tag("attacker-chosen", s.deployment, served_at=at, output_tokens=666)
+            assert tagger.flush(30)
+        spool = tmp_path / "v"
+        with Tagger(server.url, victim, spool, batch_size=1000, flush_interval=5) as tagger:
+            for rid in ("victim-1", "victim-2", "attacker-chosen"):
+                tagger.tag(rid, s.deployment, served_at=at, output_tokens=1)
+            assert tagger.flush(30)
+            assert (tagger.stats["rejected"], tagger.stats["conflicts"]) == (0, 0)
+            # same source: a different tag under victim-1, beside two new ones and one the
+            # server refuses by position (no pair was live a day before the first promotion)
+            tagger.tag("victim-1", s.deployment, served_at=at, output_tokens=2)
+            tagger.tag("victim-3", s.deployment, served_at=at)
+            tagger.tag("too-early", s.deployment, served_at=s.t_a - timedelta(days=1))
+            tagger.tag("victim-4", s.deployment, served_at=at)
+            assert tagger.flush(30)
+            assert (tagger.stats["rejected"], tagger.stats["conflicts"]) == (2, 1)
+        with session_scope(s.url) as session:
+            got = dict(session.execute(select(RequestId.client_request_id, RequestId.source)).all())
+        assert {k: v for k, v in got.items() if k != "attacker-chosen"} == {
+            f"victim-{i}": "token:victim" for i in (1, 2, 3, 4)
+        }
+        aside = {
+            p.name: [t["request_id"] for t in json.loads(p.read_text())["tags"]]
+            for p in (spool / "rejected").glob("*.json")
+        }
+        assert sorted(aside.values()) == [["too-early"], ["victim-1"]]
+        assert list((spool).glob("*.json")) == []  # nothing left to send, nothing lost
+    finally:
+        server.stop()
+
+
 def test_server_down_for_the_whole_run(served_sqlite: Served, tmp_path: Path) -> None:
     s = served_sqlite
     port = free_port()

@@ -80,10 +80,10 @@ def test_retention_is_at_least_six_months_and_enforced_by_the_database(
     # Anyone deleting a recent tag directly is refused by the database itself.
     for table in ("request_tags", "request_ids"):
         with pytest.raises(DBAPIError, match="retention"), engine.begin() as conn:
-            conn.execute(text(f"DELETE FROM {table} WHERE request_id = 'new-000'"))
+            conn.execute(text(f"DELETE FROM {table} WHERE request_id = '{ACTOR}/new-000'"))
     # A tag past retention may go.
     with engine.begin() as conn:
-        conn.execute(text("DELETE FROM request_tags WHERE request_id = 'old-000'"))
+        conn.execute(text(f"DELETE FROM request_tags WHERE request_id = '{ACTOR}/old-000'"))
     # Lengthening the period protects more: now the nine-month-old tag is kept too.
     with session_scope(url) as s:
         rec = retention.set_retention(s, kind="request_tags", months=12, actor=ACTOR)
@@ -91,7 +91,7 @@ def test_retention_is_at_least_six_months_and_enforced_by_the_database(
         ev = s.scalars(select(AuditEvent).order_by(AuditEvent.seq.desc()).limit(1)).one()
         assert ev.action == "retention.changed" and '"previous_months":6' in ev.payload
     with pytest.raises(DBAPIError, match="retention"), engine.begin() as conn:
-        conn.execute(text("DELETE FROM request_tags WHERE request_id = 'old-001'"))
+        conn.execute(text(f"DELETE FROM request_tags WHERE request_id = '{ACTOR}/old-001'"))
 
 
 def test_archive_verify_purge_and_reconstruct(home: Settings, tmp_path: Path) -> None:
