@@ -27,6 +27,7 @@ from registry.services import (
     duties,
     economics,
     exports,
+    job_results,
     jobs,
     measurements,
     mlflow_sources,
@@ -617,7 +618,7 @@ OPERATIONS: tuple[Operation, ...] = (
         errors=NFC,
     ),
     Operation(
-        jobs.complete_job,
+        job_results.complete_job,
         "POST",
         "/v1/jobs/{id}/complete",
         roles.WORKERS,

@@ -11,7 +11,6 @@ handlers registered per job kind, so this module knows nothing of measurements.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
@@ -34,9 +33,6 @@ JOB_STATES = ("queued", "running", "done", "failed")
 JOB_KINDS = ("measure",)
 DEFAULT_LEASE_S = 60
 DEFAULT_MAX_ATTEMPTS = 3
-
-# kind -> handler(session, job, result, actor) -> dict stored as the job's result
-COMPLETION_HANDLERS: dict[str, Callable[[Session, Job, dict[str, Any], str], dict[str, Any]]] = {}
 
 
 def to_record(job: Job) -> JobRecord:
@@ -279,7 +275,7 @@ def measuring_runner_versions(session: Session, device: str | None) -> list[str]
     return live or [str(rows[0].runner_version)]
 
 
-def _locked_job(session: Session, job_id: int) -> Job:
+def locked_job(session: Session, job_id: int) -> Job:
     """Lock the job row, then the registry write lock: the same order a claim takes them
     (row first, from SKIP LOCKED), so a claimer and a completer cannot deadlock."""
     stmt = select(Job).where(Job.id == job_id)
@@ -293,7 +289,7 @@ def _locked_job(session: Session, job_id: int) -> Job:
     return job
 
 
-def _check_lease(job: Job, worker: str) -> None:
+def check_lease(job: Job, worker: str) -> None:
     if job.state != "running" or job.lease_owner != worker:
         raise Conflict(
             f"job {job.id} is {job.state} and leased to {job.lease_owner or 'nobody'}, "
@@ -306,40 +302,10 @@ def _check_lease(job: Job, worker: str) -> None:
 def renew_lease(
     session: Session, *, id: Id, worker: WorkerName, lease_seconds: LeaseSeconds = DEFAULT_LEASE_S
 ) -> JobRecord:
-    job = _locked_job(session, id)
-    _check_lease(job, worker)
+    job = locked_job(session, id)
+    check_lease(job, worker)
     job.lease_expires_at = utcnow() + timedelta(seconds=lease_seconds)
     job.updated_at = utcnow()
-    return to_record(job)
-
-
-@operation
-def complete_job(
-    session: Session, *, id: Id, worker: WorkerName, result: dict[str, Any], actor: str
-) -> JobRecord:
-    """Write a job's results once: a done job is returned unchanged, a lost lease refused."""
-    job = _locked_job(session, id)
-    if job.state == "done":
-        return to_record(job)
-    _check_lease(job, worker)
-    handler = COMPLETION_HANDLERS.get(job.kind)
-    outcome = handler(session, job, result, actor) if handler else dict(result)
-    now = utcnow()
-    job.state = "done"
-    job.result = outcome
-    job.error = None
-    job.lease_expires_at = None
-    job.finished_at = now
-    job.updated_at = now
-    session.flush()
-    append_event(
-        session,
-        actor=actor,
-        action="job.done",
-        entity_type="job",
-        entity_id=job.id,
-        payload={"worker": worker, "result": outcome},
-    )
     return to_record(job)
 
 
@@ -383,10 +349,10 @@ def fail_job(
     ``integrity`` reports files on the worker that differ from their registered manifest:
     each opens an integrity flag on its artifact (which blocks its pairs' promotion).
     """
-    job = _locked_job(session, id)
+    job = locked_job(session, id)
     if job.state == "done":
         return to_record(job)
-    _check_lease(job, worker)
+    check_lease(job, worker)
     for report in integrity or []:
         art = session.get(Artifact, report.artifact_id)
         if art is None or art.manifest_digest != report.manifest_digest:

@@ -584,7 +584,7 @@ def validate_pair(
     return ValidateResult(state="queued", job=jobs_service.to_record(job), pair_status=pair.status)
 
 
-def _complete_measure(
+def complete_measure(
     session: Session, job: Job, result: dict[str, Any], actor: str
 ) -> dict[str, Any]:
     """A measure job finished: store the numbers, then its follow-ups (drift, validation)."""
@@ -647,9 +647,6 @@ def _complete_measure(
         outcome["validation_id"] = val.id
         outcome["passed"] = val.passed
     return outcome
-
-
-jobs_service.COMPLETION_HANDLERS["measure"] = _complete_measure
 
 
 @operation

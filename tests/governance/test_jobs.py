@@ -10,7 +10,7 @@ import pytest
 from registry.db import session_scope
 from registry.errors import Conflict
 from registry.models import Job, Measurement
-from registry.services import jobs, validation
+from registry.services import job_results, jobs, validation
 from tests.governance.helpers import (
     ACTOR,
     add_model,
@@ -59,12 +59,12 @@ def test_lease_expiry_retake_and_exactly_once(db_url: str, tmp_path: Path) -> No
         b = jobs.claim_job(s, worker="B", lease_seconds=30, actor=ACTOR)
         assert b is not None and b.id == job_id and b.attempts == 2
     with pytest.raises(Conflict, match="lease was lost"), session_scope(db_url) as s:
-        jobs.complete_job(s, id=job_id, worker="A", result=_result(), actor=ACTOR)
+        job_results.complete_job(s, id=job_id, worker="A", result=_result(), actor=ACTOR)
     with session_scope(db_url) as s:
-        done = jobs.complete_job(s, id=job_id, worker="B", result=_result(), actor=ACTOR)
+        done = job_results.complete_job(s, id=job_id, worker="B", result=_result(), actor=ACTOR)
         assert done.state == "done" and done.result and done.result["passed"] is True
     with session_scope(db_url) as s:  # a late duplicate is ignored, not stored twice
-        again = jobs.complete_job(s, id=job_id, worker="B", result=_result(), actor=ACTOR)
+        again = job_results.complete_job(s, id=job_id, worker="B", result=_result(), actor=ACTOR)
         assert again.result == done.result
         assert s.query(Measurement).filter(Measurement.job_id == job_id).count() == 1
 

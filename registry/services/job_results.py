@@ -1,0 +1,56 @@
+"""Completing a job: what each kind of job does with its results, named in one table.
+
+A job's kind decides what its results mean: a ``measure`` job's become a measurement, then its
+follow-ups (a drift comparison, a validation). :data:`COMPLETIONS` says so explicitly, rather
+than a service registering itself into the job service as a side effect of being imported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from registry.audit import append_event
+from registry.models import Job, utcnow
+from registry.params import Id, WorkerName
+from registry.records_governance import JobRecord
+from registry.services.base import operation
+from registry.services.jobs import JOB_KINDS, check_lease, locked_job, to_record
+from registry.services.validation import complete_measure
+
+Completion = Callable[[Session, Job, dict[str, Any], str], dict[str, Any]]
+
+# kind -> completion(session, job, result, actor) -> what is stored as the job's result
+COMPLETIONS: dict[str, Completion] = {"measure": complete_measure}
+assert set(COMPLETIONS) == set(JOB_KINDS), "every job kind needs its completion"
+
+
+@operation
+def complete_job(
+    session: Session, *, id: Id, worker: WorkerName, result: dict[str, Any], actor: str
+) -> JobRecord:
+    """Write a job's results once: a done job is returned unchanged, a lost lease refused."""
+    job = locked_job(session, id)
+    if job.state == "done":
+        return to_record(job)
+    check_lease(job, worker)
+    outcome = COMPLETIONS[job.kind](session, job, result, actor)
+    now = utcnow()
+    job.state = "done"
+    job.result = outcome
+    job.error = None
+    job.lease_expires_at = None
+    job.finished_at = now
+    job.updated_at = now
+    session.flush()
+    append_event(
+        session,
+        actor=actor,
+        action="job.done",
+        entity_type="job",
+        entity_id=job.id,
+        payload={"worker": worker, "result": outcome},
+    )
+    return to_record(job)
