@@ -37,6 +37,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import or_, select, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from registry.canonical import canonical_json
@@ -409,7 +410,12 @@ class Dispatcher:
             while not stop.is_set():
                 try:
                     self.run_once()
-                except Exception:  # a pass that fails (database away) is tried again
+                except DBAPIError as exc:  # the database away: one line, tried again next pass
+                    logger.warning(
+                        "webhook dispatch: database unavailable: %s",
+                        (str(exc.orig).splitlines() or [""])[0],
+                    )
+                except Exception:  # anything else is a bug: its traceback, and tried again
                     logger.exception("webhook dispatch pass failed")
                 stop.wait(interval)
 

@@ -311,6 +311,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "The newest signed checkpoint (or the one at tree_size), as a witness fetches it",
         "audit",
         errors=NF,
+        context={"key_path": _signing_key},
     ),
     Operation(
         transparency.verify_audit_log,
@@ -321,6 +322,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "audit",
         errors=(InvalidInput,),
         also_get=True,
+        context={"key_path": _signing_key},
     ),
     # -- retention and archives ------------------------------------------------------------
     Operation(

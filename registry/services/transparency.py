@@ -130,9 +130,16 @@ def log_verifier(public_key: Ed25519PublicKey) -> signed_note.Verifier:
     return signed_note.Verifier(log_origin(raw), signed_note.ED25519, raw)
 
 
-def published_verifier() -> signed_note.Verifier | None:
-    """The log's verifier from the public key file written at ``pairreg init``."""
-    path = get_settings().public_key_path
+def _key_dir(key_path: str | None) -> Path:
+    """Where the log's keys (and the copies kept outside the database) live: beside the
+    signing key the operation's context names, else the configured home's."""
+    return (Path(key_path) if key_path else get_settings().signing_key_path).parent
+
+
+def published_verifier(key_path: str | None = None) -> signed_note.Verifier | None:
+    """The log's verifier from the public key file written at ``pairreg init`` beside the
+    signing key (``audit-signing.pub``)."""
+    path = Path(key_path).with_suffix(".pub") if key_path else get_settings().public_key_path
     if not path.exists():
         return None
     pub = serialization.load_pem_public_key(path.read_bytes())
@@ -192,7 +199,10 @@ class SignedCheck:
 
 
 def check_signed_checkpoints(
-    session: Session, report: audit_tree.TreeReport, verifier: signed_note.Verifier | None
+    session: Session,
+    report: audit_tree.TreeReport,
+    verifier: signed_note.Verifier | None,
+    key_path: str | None = None,
 ) -> SignedCheck:
     """Compare the recomputed log with every checkpoint the log signed: each stored row must
     carry the log's signature over its own size and root, no signed checkpoint may be
@@ -204,7 +214,7 @@ def check_signed_checkpoints(
     recomputed without the key). The newest checkpoint is also read from its copy outside
     the database, so deleting checkpoint rows does not hide a rewrite."""
     rows = session.scalars(select(LogCheckpoint).order_by(LogCheckpoint.tree_size)).all()
-    outside = _read_outside(session)
+    outside = _read_outside(session, key_path)
     if not rows and outside is None:
         return SignedCheck(True, None, "no checkpoint signed yet: nothing to compare with")
     if verifier is None:
@@ -409,7 +419,10 @@ def sign_log_checkpoint(
 
 @operation
 def get_log_checkpoint(
-    session: Session, *, tree_size: Annotated[int | None, Field(ge=0)] = None
+    session: Session,
+    *,
+    tree_size: Annotated[int | None, Field(ge=0)] = None,
+    key_path: str | None = None,
 ) -> LogCheckpointRecord:
     """The newest signed checkpoint (or the one at ``tree_size``), as a witness fetches it."""
     stmt = select(LogCheckpoint)
@@ -419,7 +432,7 @@ def get_log_checkpoint(
     if row is None:
         what = f"at size {tree_size}" if tree_size is not None else "yet"
         raise NotFound(f"no checkpoint signed {what}", field="tree_size")
-    verifier = published_verifier()
+    verifier = published_verifier(key_path)
     return _record(row, verifier.vkey if verifier else "", created=False)
 
 
@@ -430,6 +443,7 @@ def verify_audit_log(
     checkpoint: str | None = None,
     witness_keys: list[str] | None = None,
     incremental: bool = False,
+    key_path: str | None = None,
 ) -> TreeVerifyResult:
     """Recompute the log's tree from the events and compare it with every checkpoint the
     log signed (fails on any divergence, naming where); with a checkpoint note (e.g. one a
@@ -441,8 +455,8 @@ def verify_audit_log(
     stored tree still has that checkpoint's root; every signed checkpoint is compared either
     way. An edit to an older event's row that leaves the tree alone is found only by a full
     run (or by that event's inclusion proof failing)."""
-    verifier = published_verifier()
-    marker = _verified_marker(session, verifier) if incremental else None
+    verifier = published_verifier(key_path)
+    marker = _verified_marker(session, verifier, key_path) if incremental else None
     after = marker.size if marker is not None else 0
     report = audit_tree.verify_tree(session, after=after)
     if report.ok and marker is not None and audit_tree.root(session, marker.size) != marker.root:
@@ -463,12 +477,12 @@ def verify_audit_log(
         verified_from=after,
     )
     if report.ok:
-        signed = check_signed_checkpoints(session, report, verifier)
+        signed = check_signed_checkpoints(session, report, verifier, key_path)
         result.signed_size, result.signed_ok = signed.size, signed.ok
         result.signed_detail = signed.detail
         result.ok = signed.ok
         if signed.ok:
-            _remember_verified(session)
+            _remember_verified(session, key_path)
     if checkpoint is None:
         if witness_keys:
             raise InvalidInput("witness keys need a checkpoint note", field="witness_keys")
@@ -511,16 +525,16 @@ def verify_audit_log(
     return result
 
 
-def _marker_path(session: Session) -> Path:
-    return _outside_path(session, get_settings().signing_key_path.parent).with_suffix(".verified")
+def _marker_path(session: Session, key_path: str | None) -> Path:
+    return _outside_path(session, _key_dir(key_path)).with_suffix(".verified")
 
 
 def _verified_marker(
-    session: Session, verifier: signed_note.Verifier | None
+    session: Session, verifier: signed_note.Verifier | None, key_path: str | None
 ) -> signed_note.Checkpoint | None:
     """The checkpoint the last successful verification reached, if its note still verifies
     with the log's key (a marker nobody can forge without the key)."""
-    path = _marker_path(session)
+    path = _marker_path(session, key_path)
     if verifier is None or not path.exists():
         return None
     try:
@@ -530,12 +544,12 @@ def _verified_marker(
         return None
 
 
-def _remember_verified(session: Session) -> None:
+def _remember_verified(session: Session, key_path: str | None) -> None:
     """After a successful run, the newest signed checkpoint is where the next incremental
     run starts (a signed size, so the marker carries its own proof)."""
     newest = session.scalar(select(LogCheckpoint).order_by(LogCheckpoint.tree_size.desc()))
     if newest is not None:
-        _write_note(_marker_path(session), newest.note)
+        _write_note(_marker_path(session, key_path), newest.note)
 
 
 def _cosigned(note: signed_note.Note, witness: signed_note.Verifier) -> bool:
