@@ -144,6 +144,29 @@ def test_the_first_chunk_leaves_before_generation_goes_on(sqlite_url: str, tmp_p
     assert [t["request_id"] for t in tags] == ["s-1"]  # tagged once, before [DONE]
 
 
+def test_an_error_before_the_first_token_is_a_problem(sqlite_url: str, tmp_path: Path) -> None:
+    """A chat to a target without a chat template, streamed: a 422 problem naming
+    ``messages`` (not a 200 stream carrying an error), untagged, its slot given back."""
+    runner = _GatedRunner()
+    runner.gate.set()
+    engine = LoadedEngine("a" * 64, SimpleNamespace(tokenizer=_Letters(), engine=runner, eos={25}))
+    token = mint(sqlite_url, role="ingest", name="streamer")
+    tags: list[dict[str, Any]] = []
+    headers = {"Authorization": f"Bearer {token}"}
+    with _served(sqlite_url, tmp_path / "home", engine, tags) as url:
+        body = {"model": "d", "messages": MESSAGES, "stream": True}
+        # more refusals than this token's two slots: each gave its slot back
+        for _ in range(3):
+            r = httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=60)
+            assert r.status_code == 422, r.text
+            assert r.headers["content-type"].startswith("application/problem+json")
+            assert r.json()["field"] == "messages" and "chat template" in r.json()["detail"]
+        assert runner.yielded == 0 and not tags
+        ok = httpx.post(f"{url}/v1/completions", headers=headers, timeout=60,
+                        json={"model": "d", "prompt": "ab", "stream": True})  # fmt: skip
+        assert ok.status_code == 200 and ok.text.rstrip().endswith("data: [DONE]")
+
+
 def test_streamed_text_is_the_greedy_text(chat_models, sqlite_url: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A real pair (the chat target with its one-layer draft): chat and completions, each
     streamed and not; the same text, usage and counters, and one content chunk per
