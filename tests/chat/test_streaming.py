@@ -36,8 +36,11 @@ class _Thread(uvicorn.Server):
 
 
 @contextmanager
-def _served(url: str, home: Path, engine: Any, tags: list[dict[str, Any]]) -> Iterator[str]:
-    """The app on a free port, the deployment ``d`` live on ``engine``; tags recorded."""
+def _served(
+    url: str, home: Path, engine: Any, tags: list[dict[str, Any]]
+) -> Iterator[tuple[str, Any]]:
+    """(base URL, app): the app on a free port, the deployment ``d`` live on ``engine``;
+    tags recorded."""
 
     def live(model: str, request: Any, principal: Any) -> tuple[Any, Any]:
         assert model == "d"
@@ -51,10 +54,8 @@ def _served(url: str, home: Path, engine: Any, tags: list[dict[str, Any]]) -> It
     mp.setattr(serving, "_live_engine", live)
     mp.setattr(serving, "_tag", tag)
     port = free_port()
-    server = _Thread(
-        uvicorn.Config(create_app(Settings(database_url=url, home=home)), host="127.0.0.1",
-                       port=port, log_level="warning")
-    )  # fmt: skip
+    app = create_app(Settings(database_url=url, home=home))
+    server = _Thread(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
@@ -62,7 +63,7 @@ def _served(url: str, home: Path, engine: Any, tags: list[dict[str, Any]]) -> It
         while not server.started:
             assert time.monotonic() < deadline and thread.is_alive()
             time.sleep(0.02)
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", app
     finally:
         server.should_exit = True
         thread.join(10)
@@ -117,7 +118,7 @@ def test_the_first_chunk_leaves_before_generation_goes_on(sqlite_url: str, tmp_p
     engine = LoadedEngine("a" * 64, SimpleNamespace(tokenizer=_Letters(), engine=runner, eos={25}))
     token = mint(sqlite_url, role="ingest", name="streamer")
     tags: list[dict[str, Any]] = []
-    with _served(sqlite_url, tmp_path / "home", engine, tags) as url:
+    with _served(sqlite_url, tmp_path / "home", engine, tags) as (url, app):
         body = {"model": "d", "prompt": "abc", "max_tokens": 16, "stream": True,
                 "stream_options": {"include_usage": True}}  # fmt: skip
         headers = {"Authorization": f"Bearer {token}", "x-request-id": "s-1"}
@@ -153,7 +154,7 @@ def test_an_error_before_the_first_token_is_a_problem(sqlite_url: str, tmp_path:
     token = mint(sqlite_url, role="ingest", name="streamer")
     tags: list[dict[str, Any]] = []
     headers = {"Authorization": f"Bearer {token}"}
-    with _served(sqlite_url, tmp_path / "home", engine, tags) as url:
+    with _served(sqlite_url, tmp_path / "home", engine, tags) as (url, app):
         body = {"model": "d", "messages": MESSAGES, "stream": True}
         # more refusals than this token's two slots: each gave its slot back
         for _ in range(3):
@@ -180,7 +181,7 @@ def test_streamed_text_is_the_greedy_text(chat_models, sqlite_url: str, tmp_path
     token = mint(sqlite_url, role="ingest", name="streamer")
     tags: list[dict[str, Any]] = []
     headers = {"Authorization": f"Bearer {token}"}
-    with _served(sqlite_url, tmp_path / "home", engine, tags) as url:
+    with _served(sqlite_url, tmp_path / "home", engine, tags) as (url, app):
         for path, body, content in (
             ("/v1/chat/completions", {"messages": MESSAGES},
              lambda c: c["delta"].get("content")),
@@ -209,3 +210,42 @@ def test_streamed_text_is_the_greedy_text(chat_models, sqlite_url: str, tmp_path
             # produced tokens (+1 for text a step held back to finish a character)
             assert 1 < len(pieces) <= spec["num_spec_steps"] + 2
     assert len(tags) == 4
+
+
+class _LongRunner:
+    """Yields a letter every 20 ms for up to 500 steps (10 s), counting them."""
+
+    def __init__(self) -> None:
+        self.yielded = 0
+
+    def stream(self, ids: list[int], max_new_tokens: int) -> Any:
+        out: list[int] = []
+        for _ in range(500):
+            time.sleep(0.02)
+            out.append(0)
+            self.yielded += 1
+            yield [0]
+        return SimpleNamespace(output_ids=out, steps=0, drafted=0, accepted=0,
+                               accepted_per_position=[])  # fmt: skip
+
+
+def test_a_client_that_leaves_stops_the_generation(sqlite_url: str, tmp_path: Path) -> None:
+    """The client reads one chunk and hangs up: the generation stops at a later step
+    (long before its 500), the engine's lock and the slot are given back, nothing tagged."""
+    runner = _LongRunner()
+    engine = LoadedEngine("a" * 64, SimpleNamespace(tokenizer=_Letters(), engine=runner, eos={25}))
+    token = mint(sqlite_url, role="ingest", name="leaver")
+    tags: list[dict[str, Any]] = []
+    headers = {"Authorization": f"Bearer {token}"}
+    with _served(sqlite_url, tmp_path / "home", engine, tags) as (url, app):
+        body = {"model": "d", "prompt": "ab", "max_tokens": 256, "stream": True}
+        with httpx.stream("POST", f"{url}/v1/completions", json=body, headers=headers,
+                          timeout=60) as resp:  # fmt: skip
+            assert resp.status_code == 200
+            next(line for line in resp.iter_lines() if line.startswith("data:"))
+        deadline = time.monotonic() + 30
+        while engine.lock.locked() or app.state.generation_slots._in_flight:
+            assert time.monotonic() < deadline, "the generation went on"
+            time.sleep(0.05)
+        assert 1 <= runner.yielded < 500 and not tags
+        assert app.state.generation_slots._by_token == {}
