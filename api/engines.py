@@ -15,7 +15,7 @@ made; beyond ``serve_max_generations`` in all it is a 503, beyond
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -122,9 +122,18 @@ class LoadedEngine:
         self.built = built
         self.lock = threading.Lock()
 
-    def generate(self, prompt: str | list[dict[str, str]], max_tokens: int) -> Generation:
+    def generate(
+        self,
+        prompt: str | list[dict[str, str]],
+        max_tokens: int,
+        on_text: Callable[[str], None] | None = None,
+    ) -> Generation:
         """Raw text is encoded as the tokenizer does by default; a message list goes
-        through the target's chat template with the generation prompt (as measured)."""
+        through the target's chat template with the generation prompt (as measured).
+
+        ``on_text`` is handed the new text of each verified step as the runner yields it
+        (under this engine's lock, so keep it quick); the pieces join to exactly the
+        returned ``Generation.text``. A render error is raised before any piece."""
         from runner.render import RenderError, encode_prompt
 
         tok = self.built.tokenizer
@@ -133,14 +142,57 @@ class LoadedEngine:
         except RenderError as exc:
             field = "prompt" if isinstance(prompt, str) else "messages"
             raise InvalidInput(str(exc), field=field) from exc
+        text = IncrementalText(tok)
         with self.lock:
-            run = self.built.engine.generate(ids, max_new_tokens=max_tokens)
-        text = tok.decode(run.output_ids, skip_special_tokens=True)
+            steps = self.built.engine.stream(ids, max_new_tokens=max_tokens)
+            while True:
+                try:
+                    new = next(steps)
+                except StopIteration as end:
+                    run = end.value
+                    break
+                piece = text.add(new)
+                if piece and on_text is not None:
+                    on_text(piece)
+        final, rest = text.finish()
+        if rest and on_text is not None:
+            on_text(rest)
         stopped = bool(run.output_ids) and run.output_ids[-1] in self.built.eos
         return Generation(
-            text=text, prompt_tokens=len(ids), run=run,
+            text=final, prompt_tokens=len(ids), run=run,
             finish_reason="stop" if stopped else "length",
         )  # fmt: skip
+
+
+class IncrementalText:
+    """Token ids in, new text out, so that the pieces join to the decoding of all the ids.
+
+    Each step decodes everything so far (a byte-level BPE token may hold half a UTF-8
+    character, and a tokenizer may join pieces differently than one by one) and hands out
+    only what extends the text already handed out; a decoding that ends in U+FFFD (an
+    unfinished character) waits for the next step. ``finish`` hands out the rest."""
+
+    def __init__(self, tokenizer: Any):
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.sent = ""
+
+    def _decode(self) -> str:
+        return str(self.tokenizer.decode(self.ids, skip_special_tokens=True))
+
+    def add(self, ids: list[int]) -> str:
+        self.ids.extend(ids)
+        now = self._decode()
+        if now.endswith("\ufffd") or not now.startswith(self.sent):
+            return ""
+        piece, self.sent = now[len(self.sent) :], now
+        return piece
+
+    def finish(self) -> tuple[str, str]:
+        """(the whole text, the part not handed out yet)."""
+        full = self._decode()
+        rest = full[len(self.sent) :] if full.startswith(self.sent) else ""
+        return full, rest
 
 
 class EngineCache:

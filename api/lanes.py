@@ -25,6 +25,11 @@ processes instead (``api/write_pool.py``): the same limiter admits them, so at m
 ``PAIRREG_WRITE_CONCURRENCY`` are handed to the pool at once and the rest wait in the event
 loop as before.
 
+Embedded serving (``api/serving.py``) has a third lane, ``serve``, as wide as
+``PAIRREG_SERVE_MAX_GENERATIONS`` (the generation slots refuse anything beyond it, so a
+generation never waits here): a model generating for seconds holds a serve thread, never a
+read or write one.
+
 A limiter belongs to one event loop, so each lane keeps one per running loop (tests run
 apps under several).
 """
@@ -49,7 +54,7 @@ if TYPE_CHECKING:
     from api.write_pool import WritePool
 
 T = TypeVar("T")
-LaneName = Literal["read", "write"]
+LaneName = Literal["read", "write", "serve"]
 
 
 @dataclass
@@ -108,10 +113,17 @@ class Lane:
                     self.running -= 1
 
 
+def _serve_lane() -> Lane:
+    return Lane("serve", 4)
+
+
 @dataclass
 class Lanes:
     read: Lane
     write: Lane
+    # embedded serving's generations (api/serving.py): minutes of model work must not take
+    # the threads that reads and writes run in, nor wait behind them
+    serve: Lane = field(default_factory=_serve_lane)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Lanes:
@@ -123,6 +135,7 @@ class Lanes:
         return cls(
             read=Lane("read", settings.read_concurrency),
             write=Lane("write", settings.write_concurrency, pool=pool),
+            serve=Lane("serve", settings.serve_max_generations),
         )
 
     def close(self) -> None:

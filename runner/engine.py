@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Generator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -143,9 +144,24 @@ class SpeculativeEngine:
         run.target_calls += 1
         return out
 
-    @torch.inference_mode()
     def generate(self, prompt_ids: list[int], max_new_tokens: int | None = None) -> PromptRun:
         """Decode one prompt; ``max_new_tokens`` overrides the options' budget (serving)."""
+        steps = self.stream(prompt_ids, max_new_tokens)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as end:
+                return end.value  # type: ignore[no-any-return]
+
+    @torch.inference_mode()
+    def stream(
+        self, prompt_ids: list[int], max_new_tokens: int | None = None
+    ) -> Generator[list[int], None, PromptRun]:
+        """Decode one prompt, yielding each step's accepted tokens the moment they are
+        verified (the prefill's first token, then each draft-and-verify step's accepted
+        drafts plus its bonus token, cut at the budget and at end of sequence); the
+        generator's return value is the prompt's :class:`PromptRun`. Serving streams from
+        here; :meth:`generate` just drains it, so both decode exactly alike."""
         o = self.options
         if max_new_tokens is not None:
             o = dataclasses.replace(o, max_new_tokens=max_new_tokens)
@@ -174,6 +190,7 @@ class SpeculativeEngine:
         out.append(first)
         tokens.append(first)
         done = first in self.eos
+        yield [first]
         t_decode = self._now()
 
         while not done and len(out) < o.max_new_tokens:
@@ -189,12 +206,15 @@ class SpeculativeEngine:
             if kept_hidden is not None:
                 # a drafter that proposed has seen every earlier feature row
                 feats = [kept_hidden] if k_eff > 0 else [*feats, kept_hidden]
+            kept: list[int] = []
             for t in new[:budget]:
-                out.append(t)
-                tokens.append(t)
+                kept.append(t)
                 if t in self.eos:
                     done = True
                     break
+            out.extend(kept)
+            tokens.extend(kept)
+            yield kept
 
         self.timings.add_decode(self._now() - t_decode, len(out) - 1)
         run.output_ids = out

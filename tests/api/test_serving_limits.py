@@ -11,9 +11,8 @@ from typing import Any
 
 import pytest
 
-from api import engines
+from api import engines, serving
 from api.engines import EngineCache
-from api.routes import serving
 from registry.db import session_scope
 from registry.services.tokens import create_token
 from tests.api.conftest import ApiEnv
@@ -61,7 +60,7 @@ class _Engine:
         self.release = threading.Event()
         self.started = threading.Semaphore(0)
 
-    def generate(self, prompt: Any, max_tokens: int) -> Any:
+    def generate(self, prompt: Any, max_tokens: int, on_text: Any = None) -> Any:
         self.started.release()
         assert self.release.wait(30)
         run = SimpleNamespace(steps=1, drafted=1, accepted=1, output_ids=[1],

@@ -206,10 +206,9 @@ def test_embedded_serving_tags_under_the_callers_token(
     stand-in: what is under test is who the served request is tagged as)."""
     from types import SimpleNamespace
 
-    from api import engines
+    from api import engines, serving
     from api.app import create_app
     from api.backend import local_backend
-    from api.routes import serving
     from registry.services.tokens import create_token
     from registry.settings import Settings
 
@@ -218,7 +217,7 @@ def test_embedded_serving_tags_under_the_callers_token(
     class Engine:
         pair_digest, target_digest, draft_digest = s.pair_b, None, None
 
-        def generate(self, prompt, max_tokens):  # type: ignore[no-untyped-def]
+        def generate(self, prompt, max_tokens, on_text=None):  # type: ignore[no-untyped-def]
             run = SimpleNamespace(steps=1, drafted=2, accepted=1, output_ids=[1],
                                   accepted_per_position=[1, 0])  # fmt: skip
             return engines.Generation(text="hi", prompt_tokens=3, run=run)

@@ -161,7 +161,7 @@ class _Cache:
 
 
 class _Engine(LoadedEngine):
-    def generate(self, prompt: str, max_tokens: int) -> Generation:
+    def generate(self, prompt: str, max_tokens: int, on_text: Any = None) -> Generation:
         run = _Run(steps=3, drafted=12, accepted=8, output_ids=[1, 2, 3, 4, 5],
                    accepted_per_position=[3, 3, 2, 0])  # fmt: skip
         return Generation(text="hello", prompt_tokens=4, run=run)
