@@ -1,6 +1,6 @@
 """The service layer: the only place with business rules.
 
-Importing this package imports every service module so that ``OPERATIONS`` is complete.
+The operations among the services are declared in ``registry/contract/operations.py``.
 """
 
 from registry.services import (
@@ -28,10 +28,8 @@ from registry.services import (
     watch,
     webhooks,
 )
-from registry.services.base import OPERATIONS, operation
 
 __all__ = [
-    "OPERATIONS",
     "artifacts",
     "audit_log",
     "bundles",

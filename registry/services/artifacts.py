@@ -40,7 +40,7 @@ from registry.records import (
     from_row,
 )
 from registry.refs import resolve_artifact
-from registry.services.base import operation, page_query
+from registry.services.base import page_query
 from registry.settings import get_settings
 from registry.source_paths import PathLimits, local_directory, local_file, resolve_literal
 from registry.tokenizer_digest import TokenizerDigestError, tokenizer_files_digest, vocab_digest
@@ -208,7 +208,6 @@ def _check_name(name: str) -> str:
     return name
 
 
-@operation
 def add_artifact(
     session: Session,
     *,
@@ -452,12 +451,10 @@ def _offline_partial(session: Session, name: str, content: _Content) -> Artifact
     return art
 
 
-@operation
 def get_artifact(session: Session, *, ref: str) -> ArtifactRecord:
     return to_record(resolve_artifact(session, ref), with_manifest=True)
 
 
-@operation
 def list_artifacts(
     session: Session,
     *,
@@ -477,7 +474,6 @@ def list_artifacts(
     return Page[ArtifactRecord](items=[to_record(a) for a in rows], next_cursor=next_cursor)
 
 
-@operation
 def verify_artifact(
     session: Session,
     *,

@@ -12,14 +12,13 @@ from registry.errors import InvalidInput
 from registry.models import AuditEvent
 from registry.params import Cursor, Limit, Timestamp
 from registry.records import AuditEventRecord, Page, from_row
-from registry.services.base import operation, page_query
+from registry.services.base import page_query
 
 
 def to_record(event: AuditEvent) -> AuditEventRecord:
     return from_row(AuditEventRecord, event, payload=json.loads(event.payload))
 
 
-@operation
 def list_audit_events(
     session: Session,
     *,

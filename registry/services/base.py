@@ -1,39 +1,20 @@
-"""What every service shares: the operation index, cursors and paging.
+"""What every service shares: cursors and paging.
 
-Services are plain functions ``fn(session, *, ..., actor=...)``. Decorating one with
-``@operation`` lists it so the CLI's embedded backend can call it by name; the remote
-client offers methods of the same names, which keeps the two modes interchangeable.
+Services are plain functions ``fn(session, *, ..., actor=...)``. Which of them are operations
+(and who may call them, where, with which errors) is declared once, in
+``registry/contract/operations.py``: the one operation registry every edge follows.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import inspect
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from sqlalchemy import Select
 from sqlalchemy.orm import Session
 
 from registry.errors import InvalidInput
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-OPERATIONS: dict[str, Callable[..., Any]] = {}
-
-
-def operation(fn: F) -> F:
-    """Register a service function under its own name for the embedded backend."""
-    if fn.__name__ in OPERATIONS and OPERATIONS[fn.__name__] is not fn:
-        raise RuntimeError(f"duplicate service operation {fn.__name__}")
-    OPERATIONS[fn.__name__] = fn
-    return fn
-
-
-def takes_actor(fn: Callable[..., Any]) -> bool:
-    return "actor" in inspect.signature(fn).parameters
-
 
 MAX_PAGE = 500
 

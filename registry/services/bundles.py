@@ -35,7 +35,6 @@ from registry.bundle_verify import BUNDLE_FORMAT, merkle_path, merkle_root
 from registry.canonical import canonical_json
 from registry.errors import InvalidInput
 from registry.models import AuditEvent, RequestId
-from registry.services.base import operation
 from registry.services.requests import audit_request, stored_key
 from registry.settings import get_settings
 
@@ -74,7 +73,6 @@ def _seq_with_payload(
     return None
 
 
-@operation
 def build_bundle(
     session: Session,
     *,

@@ -34,7 +34,6 @@ from registry.records_lifecycle import (
     CurveProvenance,
 )
 from registry.refs import resolve_pair
-from registry.services.base import operation
 
 FORMAT = "pairreg-acceptance-curve/1"
 TOLERANCE = 1e-6
@@ -59,7 +58,6 @@ def _points(group: dict[str, Any], k_max: int) -> list[CurvePoint] | None:
     ]
 
 
-@operation
 def export_acceptance_curve(
     session: Session,
     *,
@@ -176,7 +174,6 @@ def _check_provenance(session: Session, prov: CurveProvenance) -> Pair:
     return pair
 
 
-@operation
 def import_acceptance_curve(
     session: Session, *, curve: AcceptanceCurve, actor: str
 ) -> CurveImportResult:

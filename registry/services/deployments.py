@@ -41,7 +41,7 @@ from registry.records_governance import (
     PromoteResult,
 )
 from registry.refs import deployment_named, resolve_deployment, resolve_pair
-from registry.services.base import operation, page_query
+from registry.services.base import page_query
 from registry.services.policies import load_policy
 from registry.services.validation import baseline_measurement, evaluate_gates, policy_settings
 from registry.timeline import live_event
@@ -130,7 +130,6 @@ def pair_live_at(session: Session, deployment: str, at: datetime) -> Pair | None
     return session.get(Pair, ev.to_pair_id)
 
 
-@operation
 def create_deployment(
     session: Session, *, name: DeploymentName, policy: PolicyName = "default", actor: str
 ) -> DeploymentRecord:
@@ -153,7 +152,6 @@ def create_deployment(
     return to_record(session, dep, with_history=True)
 
 
-@operation
 def set_deployment_policy(
     session: Session, *, name: str, policy: PolicyName, actor: str
 ) -> DeploymentRecord:
@@ -174,12 +172,10 @@ def set_deployment_policy(
     return to_record(session, dep, with_history=True)
 
 
-@operation
 def get_deployment(session: Session, *, name: str) -> DeploymentRecord:
     return to_record(session, resolve_deployment(session, name), with_history=True)
 
 
-@operation
 def list_deployments(
     session: Session, *, cursor: Cursor = None, limit: Limit = 100
 ) -> Page[DeploymentRecord]:
@@ -189,7 +185,6 @@ def list_deployments(
     )
 
 
-@operation
 def deployment_at(session: Session, *, name: str, at: Timestamp) -> DeploymentEventRecord | None:
     """The move that was in force on ``name`` at ``at`` (None before the first one)."""
     dep = resolve_deployment(session, name)
@@ -382,7 +377,6 @@ def promotion_gates(
     return gates, val, refusals
 
 
-@operation
 def promote(
     session: Session,
     *,
@@ -448,7 +442,6 @@ def live_stack(events: list[DeploymentEvent]) -> list[int]:
     return stack
 
 
-@operation
 def rollback(
     session: Session,
     *,

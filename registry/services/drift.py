@@ -34,7 +34,7 @@ from registry.records_governance import DriftCheckResult, DriftFlagRecord
 from registry.refs import resolve_pair
 from registry.services import artifacts as artifacts_service
 from registry.services import jobs as jobs_service
-from registry.services.base import operation, page_query
+from registry.services.base import page_query
 from registry.services.pairs import create_pair_row, head_fit_errors
 from registry.services.policies import load_policy
 
@@ -270,7 +270,6 @@ def compare_for_drift(
     )
 
 
-@operation
 def check_drift(
     session: Session,
     *,
@@ -389,7 +388,6 @@ def flags_open_at(session: Session, pair_id: int, at: Any) -> list[DriftFlag]:
     return list(session.scalars(stmt.order_by(DriftFlag.id)))
 
 
-@operation
 def list_flags(
     session: Session,
     *,
@@ -421,7 +419,6 @@ def _flag(session: Session, id: int) -> DriftFlag:
     return flag
 
 
-@operation
 def get_flag(session: Session, *, id: Id) -> DriftFlagRecord:
     return _record(session, _flag(session, id))
 
@@ -488,13 +485,11 @@ def _close(session: Session, id: int, state: str, reason: str, actor: str) -> Dr
     return _record(session, flag)
 
 
-@operation
 def ack_flag(session: Session, *, id: Id, reason: Reason, actor: str) -> DriftFlagRecord:
     """Accept an open flag with a reason: it no longer blocks promotion."""
     return _close(session, id, "acknowledged", reason, actor)
 
 
-@operation
 def resolve_flag(session: Session, *, id: Id, reason: Reason, actor: str) -> DriftFlagRecord:
     """Close a flag because its cause is fixed (e.g. a retrained drafter was validated)."""
     return _close(session, id, "resolved", reason, actor)

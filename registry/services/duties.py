@@ -36,7 +36,6 @@ from registry.records_governance import (
     WorkerKeyRecord,
 )
 from registry.refs import resolve_artifact
-from registry.services.base import operation
 from registry.services.measurements import get_measurement
 from registry.services.tokens import TOKEN_ACTOR
 
@@ -45,7 +44,6 @@ ApprovalReason = Annotated[
 ]
 
 
-@operation
 def approve_remote_code(
     session: Session,
     *,
@@ -114,7 +112,6 @@ def pair_needs_remote_code(pair: Pair) -> bool:
     return any((p.facts or {}).get("remote_code") for p in parts)
 
 
-@operation
 def register_worker_key(
     session: Session,
     *,
@@ -156,7 +153,6 @@ def register_worker_key(
     return from_row(WorkerKeyRecord, row)
 
 
-@operation
 def list_worker_keys(session: Session, *, token: str | None = None) -> list[WorkerKeyRecord]:
     """Registered worker keys (public: an auditor verifies measurements with them)."""
     stmt = select(WorkerKey)
@@ -192,7 +188,6 @@ def check_result_signature(
     return {"statement": expected, "key": key.fingerprint, "signature": signed["signature"]}
 
 
-@operation
 def verify_measurement(session: Session, *, id: Id) -> MeasurementVerification:
     """Check a measurement's stored signature against its worker's registered key, as an
     offline verifier would (``registry.measurement_signing.verify_record``)."""

@@ -32,7 +32,6 @@ from registry.records_economics import (
 )
 from registry.records_lifecycle import AcceptanceLengthRecord, KRange, KSchedule
 from registry.refs import resolve_pair
-from registry.services.base import operation
 from registry.settings import get_settings
 
 DEFAULT_BATCHES = (1, 8, 32, 128)
@@ -236,7 +235,6 @@ def _batches(batch: list[int] | None) -> list[int]:
     return sorted(set(out))
 
 
-@operation
 def pair_economics(
     session: Session,
     *,
@@ -288,7 +286,6 @@ def pair_economics(
     return report
 
 
-@operation
 def list_hardware(session: Session) -> HardwareList:
     """Every hardware profile: shipped (vendor datasheets), measured and the user's own."""
     del session
@@ -421,7 +418,6 @@ def _k_at(ranges: list[ks.Range], b: int) -> int:
     return next(r.k for r in ranges if r.start_bs <= b <= r.end_bs)
 
 
-@operation
 def k_schedule(
     session: Session,
     *,

@@ -31,7 +31,6 @@ from registry.records_lifecycle import KSchedule
 from registry.records_requests import ExportResult, SpeculatorsExport
 from registry.refs import resolve_deployment, resolve_pair
 from registry.services.artifacts import to_record as artifact_record
-from registry.services.base import operation
 
 ENGINES = ("vllm", "sglang")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -167,7 +166,6 @@ def sglang_args(pair: Pair, deployment: str) -> list[str]:
     return args
 
 
-@operation
 def export_serving(
     session: Session,
     *,
@@ -235,8 +233,6 @@ def export_serving(
 # --- speculators ------------------------------------------------------------------------
 
 
-# Not yet an @operation: its declaration (route, roles, CLI) comes with the contract.
-@operation
 def export_speculators(
     session: Session,
     *,

@@ -16,7 +16,6 @@ from registry.audit import append_event
 from registry.models import Job, utcnow
 from registry.params import Id, WorkerName
 from registry.records_governance import JobRecord
-from registry.services.base import operation
 from registry.services.jobs import JOB_KINDS, check_lease, locked_job, to_record
 from registry.services.validation import complete_measure
 
@@ -27,7 +26,6 @@ COMPLETIONS: dict[str, Completion] = {"measure": complete_measure}
 assert set(COMPLETIONS) == set(JOB_KINDS), "every job kind needs its completion"
 
 
-@operation
 def complete_job(
     session: Session, *, id: Id, worker: WorkerName, result: dict[str, Any], actor: str
 ) -> JobRecord:

@@ -26,7 +26,7 @@ from registry.params import Cursor, Id, LeaseSeconds, Limit, WorkerName
 from registry.records import Page, VerifyReport, from_row
 from registry.records_governance import JobRecord
 from registry.services.artifacts import report_verification
-from registry.services.base import operation, page_query
+from registry.services.base import page_query
 from registry.services.tokens import TOKEN_ACTOR
 
 JOB_STATES = ("queued", "running", "done", "failed")
@@ -139,7 +139,6 @@ def _claimable(now):  # type: ignore[no-untyped-def]
     )
 
 
-@operation
 def claim_job(
     session: Session,
     *,
@@ -298,7 +297,6 @@ def check_lease(job: Job, worker: str) -> None:
         )
 
 
-@operation
 def renew_lease(
     session: Session, *, id: Id, worker: WorkerName, lease_seconds: LeaseSeconds = DEFAULT_LEASE_S
 ) -> JobRecord:
@@ -327,7 +325,6 @@ def _finish_failed(session: Session, job: Job, error: str, actor: str) -> None:
     )
 
 
-@operation
 def fail_job(
     session: Session,
     *,
@@ -381,7 +378,6 @@ def fail_job(
     return to_record(job)
 
 
-@operation
 def get_job(session: Session, *, id: Id) -> JobRecord:
     job = session.get(Job, id)
     if job is None:
@@ -389,7 +385,6 @@ def get_job(session: Session, *, id: Id) -> JobRecord:
     return to_record(job)
 
 
-@operation
 def list_jobs(
     session: Session,
     *,

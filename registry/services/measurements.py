@@ -26,7 +26,7 @@ from registry.policy import settings_digest
 from registry.records import Page, from_row
 from registry.records_governance import MeasurementRecord
 from registry.refs import resolve_pair
-from registry.services.base import operation, page_query
+from registry.services.base import page_query
 
 _PROMPT_KEYS = ("id", "category")
 
@@ -133,7 +133,6 @@ def insert_measurement(
     return row
 
 
-@operation
 def store_measurement(
     session: Session,
     *,
@@ -198,7 +197,6 @@ def find_reusable(
     return session.scalar(stmt.order_by(Measurement.id.desc()).limit(1))
 
 
-@operation
 def get_measurement(session: Session, *, id: Id, prompts: bool = True) -> MeasurementRecord:
     row = session.get(Measurement, id)
     if row is None:
@@ -208,7 +206,6 @@ def get_measurement(session: Session, *, id: Id, prompts: bool = True) -> Measur
     return to_record(row, pair.pair_digest, with_prompts=prompts)
 
 
-@operation
 def list_measurements(
     session: Session, *, pair: str | None = None, cursor: Cursor = None, limit: Limit = 100
 ) -> Page[MeasurementRecord]:

@@ -28,14 +28,13 @@ from registry.params import Cursor, Limit
 from registry.records import Page, Provenance, from_row
 from registry.records_lifecycle import MlflowDeliveryRecord, MlflowSourceRecord
 from registry.services.artifacts import ROLES, add_artifact
-from registry.services.base import operation, page_query
+from registry.services.base import page_query
 
 # The events that can register a version; others are remembered and ignored.
 ALIAS_EVENT = "model_version_alias.created"
 VERSION_EVENT = "model_version.created"
 
 
-@operation
 def map_mlflow_model(
     session: Session,
     *,
@@ -85,7 +84,6 @@ def map_mlflow_model(
     return from_row(MlflowSourceRecord, src)
 
 
-@operation
 def list_mlflow_sources(
     session: Session, *, cursor: Cursor = None, limit: Limit = 100
 ) -> Page[MlflowSourceRecord]:
@@ -95,7 +93,6 @@ def list_mlflow_sources(
     )
 
 
-@operation
 def list_mlflow_deliveries(
     session: Session, *, cursor: Cursor = None, limit: Limit = 100
 ) -> Page[MlflowDeliveryRecord]:

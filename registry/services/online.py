@@ -61,7 +61,6 @@ from registry.records_online import (
 )
 from registry.refs import resolve_deployment
 from registry.services import drift
-from registry.services.base import operation
 from registry.services.policies import policy_in_force
 from registry.services.telemetry import baseline_acceptance
 
@@ -407,7 +406,6 @@ def monitor_record(mon: OnlineMonitor, pair_digest: str, live: bool) -> OnlineMo
     )
 
 
-@operation
 def deployment_online_alpha(
     session: Session,
     *,

@@ -43,7 +43,7 @@ from registry.records import (
 )
 from registry.refs import resolve_artifact, resolve_pair
 from registry.services.artifacts import to_record as artifact_record
-from registry.services.base import operation, page_query
+from registry.services.base import page_query
 from registry.tokenizer_digest import TokenizerDigestError, load_vocab
 
 # Keys `--set` accepts, with their defaults; everything in the digest is listed here.
@@ -333,7 +333,6 @@ def create_pair_row(
     return pair, True
 
 
-@operation
 def register_pair(
     session: Session,
     *,
@@ -357,8 +356,6 @@ def register_pair(
     return PairRegisterResult(pair=to_record(pair), created=created)
 
 
-# Not yet an @operation: its declaration (route, roles, CLI) comes with the contract.
-@operation
 def propose_pair(
     session: Session,
     *,
@@ -457,12 +454,10 @@ def _verifier_target(
     return best, [best]
 
 
-@operation
 def get_pair(session: Session, *, ref: str) -> PairRecord:
     return to_record(resolve_pair(session, ref))
 
 
-@operation
 def list_pairs(
     session: Session,
     *,
@@ -493,14 +488,12 @@ def _withdraw(session: Session, ref: str, event: str, reason: str, actor: str) -
     return to_record(pair)
 
 
-@operation
 def deprecate_pair(session: Session, *, ref: str, reason: Reason, actor: str) -> PairRecord:
     """Withdraw a pair: it stays on record (and in past requests' audits) but can no longer
     be promoted. A live pair must be moved off every deployment first."""
     return _withdraw(session, ref, "deprecated", reason, actor)
 
 
-@operation
 def retire_pair(session: Session, *, ref: str, reason: Reason, actor: str) -> PairRecord:
     """Retire a pair for good (from any status but live)."""
     return _withdraw(session, ref, "retired", reason, actor)

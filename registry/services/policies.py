@@ -19,7 +19,7 @@ from registry.params import Cursor, Limit
 from registry.policy import DEFAULT_POLICY_NAME, default_policy_text, parse_policy, policy_digest
 from registry.records import Page, from_row
 from registry.records_governance import PolicyPutResult, PolicyRecord
-from registry.services.base import operation, page_query
+from registry.services.base import page_query
 
 DEFAULT_POLICY = DEFAULT_POLICY_NAME
 
@@ -59,7 +59,6 @@ def _store(session: Session, text: str, name: str | None, actor: str) -> tuple[P
     return row, True
 
 
-@operation
 def put_policy(
     session: Session,
     *,
@@ -89,7 +88,6 @@ def load_policy(session: Session, name: str, *, actor: str = "system") -> Policy
     return row
 
 
-@operation
 def get_policy(
     session: Session,
     *,
@@ -105,7 +103,6 @@ def get_policy(
     return to_record(row)
 
 
-@operation
 def list_policies(
     session: Session, *, name: str | None = None, cursor: Cursor = None, limit: Limit = 100
 ) -> Page[PolicyRecord]:

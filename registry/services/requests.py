@@ -73,7 +73,7 @@ from registry.records_requests import (
 from registry.refs import resolve_deployment, resolve_pair
 from registry.services import online
 from registry.services.artifacts import to_record as artifact_record
-from registry.services.base import check_limit, operation
+from registry.services.base import check_limit
 from registry.services.pairs import to_record as pair_record
 from registry.tag_encoding import json_string, tag_json, time_texts, validated_counters_json
 from registry.tag_store import Row
@@ -254,7 +254,6 @@ def _rows(
     return [rows[r] for r in sorted(rows)], dep_names, clashes, first
 
 
-@operation
 def ingest_requests(
     session: Session,
     *,
@@ -543,7 +542,6 @@ _AUDIT_FLAGS = (
 )
 
 
-@operation
 def audit_request(session: Session, *, request_id: str, source: _SOURCE = None) -> RequestAudit:
     """Which pair served this request, and everything needed to reconstruct that answer."""
     # The tag with its pair (and that pair's artifacts), deployment and batch; the move live
@@ -603,7 +601,6 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         raise InvalidInput("cursor is not one this service issued", field="cursor") from exc
 
 
-@operation
 def list_requests(
     session: Session,
     *,
@@ -670,7 +667,6 @@ def list_requests(
     )
 
 
-@operation
 def maintain_partitions(session: Session, *, ahead: int = 3) -> dict[str, Any]:
     """PostgreSQL: create monthly tag partitions up to ``ahead`` months from now.
 

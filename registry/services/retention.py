@@ -45,7 +45,6 @@ from registry.models import (
     utcnow,
 )
 from registry.records_trust import ArchiveResult, RetentionKind, RetentionRecord
-from registry.services.base import operation
 
 MIN_MONTHS = 6
 KINDS = ("request_tags", "audit_events")
@@ -80,13 +79,11 @@ def _record(row: RetentionPolicy, now: datetime | None = None) -> RetentionRecor
     )
 
 
-@operation
 def get_retention(session: Session, *, kind: RetentionKind = "request_tags") -> RetentionRecord:
     """How long records of ``kind`` are kept, and the horizon before which they may go."""
     return _record(_policy(session, kind))
 
 
-@operation
 def set_retention(
     session: Session,
     *,
@@ -204,7 +201,6 @@ def _rows_for(session: Session, batch_ids: list[int]) -> list[dict[str, Any]]:
     return out
 
 
-@operation
 def archive_requests(
     session: Session,
     *,
@@ -366,7 +362,6 @@ def _purge(session: Session, batch_ids: list[int], cutoff: datetime) -> list[str
     return dropped
 
 
-@operation
 def get_archived_request(
     session: Session, *, directory: str, request_id: str, trusted_key: str | None = None
 ) -> dict[str, Any]:

@@ -38,7 +38,6 @@ from registry.models import (
 )
 from registry.records_requests import TelemetryResult
 from registry.refs import resolve_deployment
-from registry.services.base import operation
 from registry.services.drift import open_flag
 from registry.services.policies import policy_in_force
 
@@ -142,7 +141,6 @@ def _margin(session: Session, policy_name: str) -> float:
     return float(((pol.parsed or {}).get("drift") or {}).get("margin", DEFAULT_MARGIN))
 
 
-@operation
 def ingest_prometheus(
     session: Session,
     *,

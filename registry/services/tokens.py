@@ -18,7 +18,7 @@ from registry.models import ApiToken, utcnow
 from registry.params import Cursor, Limit
 from registry.records import Identity, Page, TokenCreated, TokenRecord, from_row
 from registry.roles import ROLES, Duty, TokenRole, capabilities, holds
-from registry.services.base import operation, page_query
+from registry.services.base import page_query
 
 TOKEN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 _NAME = re.compile(TOKEN_NAME_PATTERN)
@@ -33,7 +33,6 @@ def to_record(tok: ApiToken) -> TokenRecord:
     return from_row(TokenRecord, tok)
 
 
-@operation
 def create_token(
     session: Session,
     *,
@@ -73,7 +72,6 @@ def create_token(
     return TokenCreated(token=to_record(tok), secret=secret)
 
 
-@operation
 def list_tokens(
     session: Session, *, cursor: Cursor = None, limit: Limit = 100
 ) -> Page[TokenRecord]:
@@ -81,7 +79,6 @@ def list_tokens(
     return Page[TokenRecord](items=[to_record(t) for t in rows], next_cursor=next_cursor)
 
 
-@operation
 def whoami(session: Session, *, actor: str, mlflow_ui: str | None = None) -> Identity:
     """The caller's token, role and capabilities.
 
@@ -107,7 +104,6 @@ def whoami(session: Session, *, actor: str, mlflow_ui: str | None = None) -> Ide
     )
 
 
-@operation
 def revoke_token(session: Session, *, name: str, actor: str) -> TokenRecord:
     lock_writes(session)
     tok = session.scalar(select(ApiToken).where(ApiToken.name == name))

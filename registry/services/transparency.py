@@ -32,7 +32,6 @@ from registry.records_trust import (
     LogCheckpointRecord,
     TreeVerifyResult,
 )
-from registry.services.base import operation
 from registry.settings import get_settings
 
 logger = logging.getLogger("pairreg.transparency")
@@ -50,7 +49,6 @@ def _size_arg(session: Session, value: int | None, field: str, *, at_least: int 
     return value
 
 
-@operation
 def prove_inclusion(
     session: Session,
     *,
@@ -82,7 +80,6 @@ def prove_inclusion(
     )
 
 
-@operation
 def prove_consistency(
     session: Session,
     *,
@@ -341,7 +338,6 @@ def _check_new_leaves(session: Session, after: int, size: int) -> None:
             )
 
 
-@operation
 def sign_log_checkpoint(
     session: Session, *, key_path: str | None = None, actor: str
 ) -> LogCheckpointRecord:
@@ -417,7 +413,6 @@ def sign_log_checkpoint(
     return _record(row, verifier.vkey, created=True)
 
 
-@operation
 def get_log_checkpoint(
     session: Session,
     *,
@@ -436,7 +431,6 @@ def get_log_checkpoint(
     return _record(row, verifier.vkey if verifier else "", created=False)
 
 
-@operation
 def verify_audit_log(
     session: Session,
     *,

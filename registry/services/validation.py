@@ -51,7 +51,7 @@ from registry.records import Page, from_row
 from registry.records_governance import GateResult, ValidateResult, ValidationRecord
 from registry.refs import resolve_deployment, resolve_pair
 from registry.services import jobs as jobs_service
-from registry.services.base import operation, page_query
+from registry.services.base import page_query
 from registry.services.duties import approved_digests, check_result_signature
 from registry.services.measurements import find_reusable, insert_measurement
 from registry.services.policies import _store as store_policy
@@ -492,7 +492,6 @@ def measure_key(pair: Pair, args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@operation
 def validate_pair(
     session: Session,
     *,
@@ -649,7 +648,6 @@ def complete_measure(
     return outcome
 
 
-@operation
 def get_validation(session: Session, *, id: Id) -> ValidationRecord:
     row = session.get(Validation, id)
     if row is None:
@@ -659,7 +657,6 @@ def get_validation(session: Session, *, id: Id) -> ValidationRecord:
     return to_record(row, pair.pair_digest)
 
 
-@operation
 def set_validation_run(
     session: Session,
     *,
@@ -689,7 +686,6 @@ def set_validation_run(
     return to_record(row, pair.pair_digest)
 
 
-@operation
 def list_validations(
     session: Session,
     *,

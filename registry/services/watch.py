@@ -17,7 +17,6 @@ from registry.models import Artifact, Lineage
 from registry.records import Provenance
 from registry.records_governance import WatchResult
 from registry.services.artifacts import add_artifact
-from registry.services.base import operation
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
@@ -40,7 +39,6 @@ def watched_lineages(session: Session, lineage: str | None = None) -> list[Artif
     return [a for a in rows if a.hub_revision and not _COMMIT.match(a.hub_revision.lower())]
 
 
-@operation
 def watch(
     session: Session,
     *,

@@ -25,7 +25,7 @@ from registry.records_lifecycle import (
     WebhookDeliveryRecord,
     WebhookRecord,
 )
-from registry.services.base import operation, page_query
+from registry.services.base import page_query
 from registry.webhooks import EVENT_TYPES, SECRET_PREFIX, message_id, new_secret
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
@@ -84,7 +84,6 @@ def _subscription(session: Session, name: str) -> WebhookSubscription:
     return sub
 
 
-@operation
 def create_webhook(
     session: Session,
     *,
@@ -139,7 +138,6 @@ def create_webhook(
     return WebhookCreated(webhook=_record(session, sub), secret=secret)
 
 
-@operation
 def list_webhooks(
     session: Session, *, cursor: Cursor = None, limit: Limit = 100
 ) -> Page[WebhookRecord]:
@@ -149,12 +147,10 @@ def list_webhooks(
     return Page[WebhookRecord](items=[_record(session, r) for r in rows], next_cursor=nxt)
 
 
-@operation
 def get_webhook(session: Session, *, name: str) -> WebhookRecord:
     return _record(session, _subscription(session, name))
 
 
-@operation
 def disable_webhook(session: Session, *, name: str, actor: str) -> WebhookRecord:
     """Stop sending to a receiver; what it is owed stays listed (and is sent if re-enabled)."""
     lock_writes(session)
@@ -172,7 +168,6 @@ def disable_webhook(session: Session, *, name: str, actor: str) -> WebhookRecord
     return _record(session, sub)
 
 
-@operation
 def enable_webhook(session: Session, *, name: str, actor: str) -> WebhookRecord:
     """Resume sending, starting with what the receiver was owed when it was disabled."""
     lock_writes(session)
@@ -190,7 +185,6 @@ def enable_webhook(session: Session, *, name: str, actor: str) -> WebhookRecord:
     return _record(session, sub)
 
 
-@operation
 def list_webhook_deliveries(
     session: Session,
     *,
