@@ -13,9 +13,10 @@ Ingest of one batch, in one transaction:
    a retry (no-op), with a different digest it fails the whole batch with 409 naming the ids;
 5. append one audit event with the batch's Merkle root over the stored tags' digests.
 
-The registry's global write lock is taken only at step 5 (by ``append_event``), so batches
-from many clients insert in parallel and serialise only for the event. Ids are inserted
-sorted, so two batches sharing ids lock them in the same order and cannot deadlock.
+No log-wide lock: the event is queued for the audit sequencer (``registry.audit``), so
+batches from many clients insert in parallel; batches feeding the same online monitor take
+that monitor's lock in turn (``registry.services.online``). Ids are inserted sorted, so two
+batches sharing ids lock them in the same order and cannot deadlock.
 """
 
 from __future__ import annotations
@@ -241,7 +242,7 @@ def _ingest(session: Session, tags: Sequence[TagIn | dict[str, Any]], actor: str
     inconsistent_ids = [r.request_id for r in stored if not r.consistent]
     root = merkle_root([r.tag_digest for r in stored])
     times = [r.served_at for r in stored]
-    observed = online.prepare(_observations(parsed, stored))  # before the write lock
+    observed = online.prepare(_observations(parsed, stored))  # before the monitors' locks
     event = append_event(
         session,
         actor=actor,
@@ -272,7 +273,7 @@ def _ingest(session: Session, tags: Sequence[TagIn | dict[str, Any]], actor: str
             audit_seq=event.seq,
         )
     )
-    # Online acceptance: after the event, so the write lock orders concurrent batches.
+    # Online acceptance: each monitor's lock orders the concurrent batches feeding it.
     online.observe(session, observed, actor=actor)
     return IngestResult(
         received=len(parsed),
