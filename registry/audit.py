@@ -160,7 +160,8 @@ def integrate(session: Session, *, batch: int = INTEGRATE_BATCH) -> int:
         return 0
     bind = session.get_bind()
     current = session.get_transaction()
-    if bind.dialect.name == "postgresql" and session.info.get(_WROTE_EVENTS) is current:
+    in_session = bind.dialect.name != "postgresql"
+    if not in_session and session.info.get(_WROTE_EVENTS) is current:
         # This transaction wrote events and now reads the tree (a bundle or an archive built
         # in the transaction that ingested what it cites): integrate here, its own events
         # included, holding the sequencer lock until it ends; a rollback takes the leaves
@@ -168,8 +169,8 @@ def integrate(session: Session, *, batch: int = INTEGRATE_BATCH) -> int:
         if session.info.get(_HOLDS_SEQUENCER) is not current:
             session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_SEQUENCER_LOCK})
             session.info[_HOLDS_SEQUENCER] = current
-        bind = None
-    if bind is None or bind.dialect.name != "postgresql":
+        in_session = True
+    if in_session:
         total = 0
         while n := _integrate_batch(session, batch):
             total += n
@@ -196,8 +197,10 @@ def run_sequencer(url: str, stop: threading.Event, interval: float = SEQUENCER_I
         try:
             with db.session_scope(url) as session:
                 integrate(session)
-        except Exception:  # noqa: BLE001 - logged; the next tick (or a reader) retries
-            logger.exception("audit sequencer: integration failed; retrying")
+        except Exception as exc:  # noqa: BLE001 - logged; the next tick (or a reader) retries
+            # One line, no traceback: a database restart is expected to land here.
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            logger.warning("audit sequencer: integration failed (%s); retrying", first)
 
 
 def leaf_index(session: Session, seq: int) -> int | None:

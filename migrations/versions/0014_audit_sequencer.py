@@ -18,6 +18,9 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from registry import audit_tree
+from registry.models.base import UTCDateTime
+
 revision = "0014"
 down_revision = "0010"
 branch_labels = None
@@ -66,17 +69,47 @@ def upgrade() -> None:
             )
 
 
+_EVENTS = sa.table(
+    "audit_events",
+    sa.column("seq", sa.Integer()),
+    sa.column("occurred_at", UTCDateTime()),
+    *(sa.column(c, sa.String()) for c in ("actor", "action", "entity_type", "entity_id")),
+    sa.column("payload", sa.Text()),
+)
+_PENDING = sa.table("audit_pending", sa.column("seq", sa.Integer()))
+_LEAVES = sa.table(
+    "audit_leaves", sa.column("idx", sa.BigInteger()), sa.column("seq", sa.Integer())
+)
+
+
+def _integrate_pending(bind: sa.engine.Connection) -> None:
+    """What the sequencer does (registry.audit.integrate), done here: the lock-based log
+    has no queue, so every pending event joins the tree before the queue goes."""
+    rows = bind.execute(
+        sa.select(_EVENTS)
+        .where(_EVENTS.c.seq.in_(sa.select(_PENDING.c.seq)))
+        .order_by(_EVENTS.c.seq)
+    ).all()
+    index = audit_tree.tree_size(bind)
+    for row in rows:
+        audit_tree.append_leaf(bind, index, audit_tree._body_of_row(row))
+        bind.execute(sa.insert(_LEAVES).values(idx=index, seq=row.seq))
+        index += 1
+    bind.execute(sa.delete(_PENDING))
+
+
 def downgrade() -> None:
     bind = op.get_bind()
-    # The lock-based log needs leaf i == event i + 1 and no pending events.
-    pending = bind.execute(sa.text("SELECT COUNT(*) FROM audit_pending")).scalar()
+    _integrate_pending(bind)
+    # The lock-based log needs leaf i == event i + 1.
     shifted = bind.execute(
         sa.text("SELECT COUNT(*) FROM audit_leaves WHERE idx <> seq - 1")
     ).scalar()
-    if pending or shifted:
+    if shifted:
         raise RuntimeError(
-            f"{pending} audit events are not yet in the tree and {shifted} leaves are not at "
-            "seq - 1: the lock-based log cannot represent this log; refusing to downgrade"
+            f"{shifted} audit events are not at leaf seq - 1 (writers overlapped, or a "
+            "transaction rolled back): the lock-based log cannot represent this log; "
+            "refusing to downgrade"
         )
     if bind.dialect.name == "postgresql":
         op.execute("ALTER TABLE audit_events ALTER COLUMN seq DROP DEFAULT")
