@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 from functools import partial
 
 import typer
 
 from cli.render import console
-from registry import db
+from registry import audit, db
 from registry.services.system import initialise
 from registry.settings import get_settings
 
@@ -47,6 +48,15 @@ def serve(
 
         start_background_worker(settings)
         console.print("background worker: on (PAIRREG_EMBEDDED_WORKER=0 turns it off)")
+    # The audit sequencer: events are written without a log-wide lock and integrated into
+    # the Merkle tree here, every PAIRREG_SEQUENCER_INTERVAL seconds (and by every reader).
+    interval = float(os.environ.get("PAIRREG_SEQUENCER_INTERVAL", audit.SEQUENCER_INTERVAL))
+    threading.Thread(
+        target=audit.run_sequencer,
+        args=(settings.db_url, threading.Event(), interval),
+        name="pairreg-audit-sequencer",
+        daemon=True,
+    ).start()
     if settings.webhook_dispatch:
         from cli.webhooks import make_dispatcher
 

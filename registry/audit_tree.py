@@ -1,11 +1,13 @@
 """The audit log as an RFC 6962 Merkle tree, stored so that proofs stay fast.
 
-Leaf ``i`` is audit event ``seq = i + 1``; its data is the event's canonical JSON body
+Leaf ``i`` holds the audit event ``audit_leaves.seq`` of ``idx = i`` (assigned by the
+sequencer, ``registry.audit.integrate``; before it existed, leaf ``i`` was event
+``i + 1``, and those leaves kept their places); its data is the event's canonical JSON body
 (see :func:`registry.audit.event_body`), so
 ``leaf_hash = SHA-256(0x00 || canonical_json(body))``. Every perfect subtree is stored in
-``audit_tree`` when the event that completes it is appended (inside the same transaction
-and under the same write lock), so a root, an inclusion proof or a consistency proof for
-any tree size reads O(log² n) rows by primary key instead of re-hashing n leaves.
+``audit_tree`` when the leaf that completes it is appended (by the sequencer, under its
+lock), so a root, an inclusion proof or a consistency proof for any tree size reads
+O(log² n) rows by primary key instead of re-hashing n leaves.
 
 The stored hashes are derived data: :func:`verify_tree` recomputes every leaf from the
 events and every node from the leaves, and a verifier never trusts a stored leaf — it
@@ -19,13 +21,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, text
+from sqlalchemy import delete, func, insert, inspect, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from registry import merkle
 from registry.canonical import canonical_json
-from registry.models import AuditEvent, AuditTreeNode
+from registry.models import AuditEvent, AuditLeaf, AuditPending, AuditTreeNode
 
 _NODES = AuditTreeNode.__table__
 _EVENTS = AuditEvent.__table__
@@ -75,9 +77,8 @@ def fetch_nodes(bind: Bind, keys: Iterable[merkle.Key]) -> dict[merkle.Key, byte
     return out
 
 
-def append_leaf(bind: Bind, seq: int, body: dict[str, Any]) -> bytes:
-    """Store leaf ``seq - 1`` and every subtree it completes; returns the leaf hash."""
-    index = seq - 1
+def append_leaf(bind: Bind, index: int, body: dict[str, Any]) -> bytes:
+    """Store leaf ``index`` and every subtree it completes; returns the leaf hash."""
     leaf = merkle.leaf_hash(event_leaf_data(body))
     siblings = merkle.left_siblings(index)
     # The previous leaf too: the tree must cover every earlier event before this one joins.
@@ -92,6 +93,14 @@ def append_leaf(bind: Bind, seq: int, body: dict[str, Any]) -> bytes:
     rows = merkle.completed_nodes(index, leaf, known.__getitem__)
     bind.execute(insert(_NODES), [{"level": k[0], "idx": k[1], "hash": h} for k, h in rows])
     return leaf
+
+
+def event_at(bind: Bind, index: int) -> int | None:
+    """The ``seq`` of the event leaf ``index`` holds."""
+    if not _has_leaf_table(bind):
+        return index + 1
+    leaves = AuditLeaf.__table__
+    return bind.execute(select(leaves.c.seq).where(leaves.c.idx == index)).scalar()
 
 
 def tree_size(bind: Bind) -> int:
@@ -151,8 +160,62 @@ def consistency_proof(bind: Bind, old: int, new: int) -> ConsistencyProof:
 # --- rebuilding and verifying from the events --------------------------------------------
 
 
-def leaves_from_events(bind: Bind, *, after_seq: int = 0, batch: int = 5000) -> Iterator[bytes]:
-    """Leaf hashes recomputed from the events, in sequence order (streamed in batches)."""
+class LeafError(RuntimeError):
+    """A leaf the events cannot account for; ``seq`` names the event when there is one."""
+
+    def __init__(self, seq: int | None, reason: str) -> None:
+        super().__init__(reason)
+        self.seq = seq
+
+
+def _has_leaf_table(bind: Bind) -> bool:
+    """False only inside the migrations before ``audit_leaves`` existed (leaf i = seq i+1)."""
+    conn = bind.connection() if isinstance(bind, Session) else bind
+    return inspect(conn).has_table("audit_leaves")
+
+
+def leaves_from_events(bind: Bind, *, after: int = 0, batch: int = 5000) -> Iterator[bytes]:
+    """Leaf hashes recomputed from the events, in leaf order from leaf ``after`` on
+    (streamed in batches); raises on a leaf index missing from the mapping."""
+    for _seq, leaf in leaf_rows(bind, after=after, batch=batch):
+        yield leaf
+
+
+def leaf_rows(bind: Bind, *, after: int = 0, batch: int = 5000) -> Iterator[tuple[int, bytes]]:
+    """``(event seq, leaf hash recomputed from the event)`` in leaf order from ``after``."""
+    if not _has_leaf_table(bind):
+        yield from _leaves_by_seq(bind, after_seq=after, batch=batch)
+        return
+    leaves = AuditLeaf.__table__
+    cols = [leaves.c.idx, leaves.c.seq.label("leaf_seq"), *(_EVENTS.c[n] for n in _BODY)]
+    last = after - 1
+    while True:
+        rows = bind.execute(
+            select(*cols)
+            .select_from(leaves)
+            .outerjoin(_EVENTS, _EVENTS.c.seq == leaves.c.seq)
+            .where(leaves.c.idx > last)
+            .order_by(leaves.c.idx)
+            .limit(batch)
+        ).all()
+        if not rows:
+            return
+        for row in rows:
+            if row.idx != last + 1:
+                raise LeafError(None, f"no event is mapped to leaf {last + 1}")
+            if row.seq is None:
+                raise LeafError(row.leaf_seq, f"event {row.leaf_seq} (leaf {row.idx}) is gone")
+            yield row.seq, merkle.leaf_hash(event_leaf_data(_body_of_row(row)))
+            last = row.idx
+
+
+_BODY = ("seq", "occurred_at", "actor", "action", "entity_type", "entity_id", "payload")
+
+
+def _leaves_by_seq(
+    bind: Bind, *, after_seq: int = 0, batch: int = 5000
+) -> Iterator[tuple[int, bytes]]:
+    """The layout before the sequencer (migrations 0005-0010): leaf i is event i + 1."""
     last = after_seq
     cols = [
         _EVENTS.c.seq,
@@ -171,8 +234,10 @@ def leaves_from_events(bind: Bind, *, after_seq: int = 0, batch: int = 5000) -> 
             return
         for row in rows:
             if row.seq != last + 1:
-                raise RuntimeError(f"audit sequence gap: expected {last + 1}, found {row.seq}")
-            yield merkle.leaf_hash(event_leaf_data(_body_of_row(row)))
+                raise LeafError(
+                    last + 1, f"audit sequence gap: expected {last + 1}, found {row.seq}"
+                )
+            yield row.seq, merkle.leaf_hash(event_leaf_data(_body_of_row(row)))
             last = row.seq
 
 
@@ -194,6 +259,25 @@ def rebuild(bind: Bind) -> int:
     if pending:
         bind.execute(insert(_NODES), pending)
     return count
+
+
+def _events_outside_the_log(bind: Bind) -> int | None:
+    """An event with no leaf and not waiting in ``audit_pending`` (its queue row deleted by
+    hand): the sequencer would never integrate it. Two counts, then a search if they differ."""
+    if not _has_leaf_table(bind):
+        return None
+    leaves, pending = AuditLeaf.__table__, AuditPending.__table__
+    events = bind.execute(select(func.count()).select_from(_EVENTS)).scalar() or 0
+    known = (bind.execute(select(func.count()).select_from(leaves)).scalar() or 0) + (
+        bind.execute(select(func.count()).select_from(pending)).scalar() or 0
+    )
+    if events == known:
+        return None
+    return bind.execute(
+        select(func.min(_EVENTS.c.seq)).where(
+            ~_EVENTS.c.seq.in_(select(leaves.c.seq)), ~_EVENTS.c.seq.in_(select(pending.c.seq))
+        )
+    ).scalar()
 
 
 @dataclass
@@ -239,15 +323,23 @@ def verify_tree(bind: Bind, *, batch: int = 5000, after: int = 0) -> TreeReport:
         )
     count = after
     stored = stream_level(bind, 0, batch, start=after)
-    for index, leaf in enumerate(leaves_from_events(bind, after_seq=after), start=after):
-        got = next(stored, None)
-        if got is None:
-            return TreeReport(False, size, b"", index + 1, f"event {index + 1} has no leaf")
-        if got != (index, leaf):
-            return TreeReport(
-                False, size, b"", index + 1, f"stored leaf {got[0]} differs from event {index + 1}"
-            )
-        count += 1
+    try:
+        for index, (seq, leaf) in enumerate(leaf_rows(bind, after=after), start=after):
+            got = next(stored, None)
+            if got is None:
+                return TreeReport(False, size, b"", seq, f"event {seq} has no stored leaf")
+            if got != (index, leaf):
+                return TreeReport(
+                    False, size, b"", seq, f"stored leaf {got[0]} differs from event {seq}"
+                )
+            count += 1
+    except LeafError as exc:
+        return TreeReport(False, size, b"", exc.seq, str(exc))
+    lost = _events_outside_the_log(bind)
+    if lost is not None:
+        return TreeReport(
+            False, size, b"", lost, f"event {lost} is neither in the tree nor pending"
+        )
     if next(stored, None) is not None or count != size:
         return TreeReport(False, size, b"", count + 1, f"{size} leaves stored, {count} events")
     level, width = 1, size // 2
@@ -259,12 +351,11 @@ def verify_tree(bind: Bind, *, batch: int = 5000, after: int = 0) -> TreeReport:
             left, right, got = next(below), next(below), next(here, None)
             want = merkle.node_hash(left[1], right[1])
             if got != (i, want):
-                seq = (i << level) + 1
                 return TreeReport(
                     False,
                     size,
                     b"",
-                    seq,
+                    event_at(bind, i << level),
                     f"stored subtree ({level}, {i}) is not the hash of its children",
                 )
         if next(here, None) is not None:

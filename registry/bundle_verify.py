@@ -510,8 +510,13 @@ def _check_log(
         leaf = merkle.leaf_hash(data.encode("utf-8"))
         path = [bytes.fromhex(h) for h in entry["path"]]
         body = json.loads(data)
-        if body.get("seq") != seq or not merkle.verify_inclusion(
-            leaf, seq - 1, cp.size, path, cp.root
+        # The leaf's index travels with its path; bundles made before the sequencer have
+        # none, and there leaf i was event i + 1.
+        index = entry.get("index", seq - 1)
+        if (
+            body.get("seq") != seq
+            or not isinstance(index, int)
+            or not merkle.verify_inclusion(leaf, index, cp.size, path, cp.root)
         ):
             bad.append(f"event {seq} does not prove into the checkpoint")
             continue

@@ -11,7 +11,8 @@ from pydantic import BaseModel, Field
 
 
 class InclusionProofRecord(BaseModel):
-    """Event ``seq`` is leaf ``seq - 1`` of the tree of ``tree_size`` leaves."""
+    """Event ``seq`` is leaf ``leaf_index`` of the tree of ``tree_size`` leaves (the
+    sequencer assigns leaf indices in the order it integrates events)."""
 
     seq: int
     leaf_index: int

@@ -9,7 +9,8 @@ Format ``pairreg.request-archive/1``; a directory holding
 * ``batches.jsonl``: one object per archived batch: ``batch_id``, ``audit_seq``,
   ``merkle_root`` (RFC 6962 root over the batch's tag digests in request-id order, as
   recorded at ingest), ``stored``, ``created_at``, and ``event``: the ``requests.ingested``
-  audit event's exact leaf bytes (``leaf_data``) with its inclusion ``path`` in the log.
+  audit event's exact leaf bytes (``leaf_data``) with its leaf ``index`` and inclusion
+  ``path`` in the log.
 * ``checkpoint.txt``: the log's C2SP checkpoint the event proofs lead to.
 * ``manifest.json``: format, cut-off date, counts, the SHA-256 and size of every file, the
   log's verifier key and checkpoint size/root, and ``merkle_root``: the RFC 6962 root over
@@ -114,7 +115,12 @@ def _check_event(batch: dict[str, Any], cp: signed_note.Checkpoint | None) -> tu
         )
     if cp is None:
         return False, "no verified checkpoint to prove the event against"
-    if not merkle.verify_inclusion(leaf, body["seq"] - 1, cp.size, path, cp.root):
+    # The leaf index travels with the path (archives made before the sequencer have none;
+    # there leaf i was event i + 1).
+    index = ev.get("index", body["seq"] - 1)
+    if not isinstance(index, int) or not merkle.verify_inclusion(
+        leaf, index, cp.size, path, cp.root
+    ):
         return (
             False,
             f"batch {batch['batch_id']}: event {body['seq']} does not prove into the checkpoint",

@@ -59,6 +59,6 @@ def bypass_append_only(conn: Any) -> None:
     if conn.dialect.name == "postgresql":
         conn.execute(text("SET LOCAL session_replication_role = replica"))
         return
-    for table in ("audit_events", "audit_tree", "log_checkpoints"):
+    for table in ("audit_events", "audit_tree", "audit_leaves", "log_checkpoints"):
         for verb in ("update", "delete"):
             conn.execute(text(f"DROP TRIGGER IF EXISTS {table}_no_{verb}"))

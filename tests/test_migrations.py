@@ -100,7 +100,7 @@ def _old_chain_events(url: str, n: int) -> list[str]:
                     "h": h,
                 },  # fmt: skip
             )
-            audit_tree.append_leaf(conn, seq, body)
+            audit_tree.append_leaf(conn, seq - 1, body)
             prev = h
             hashes.append(h)
     return hashes

@@ -4,6 +4,8 @@ from registry.models.artifacts import Artifact, Lineage, Pair
 from registry.models.audit import (
     ApiToken,
     AuditEvent,
+    AuditLeaf,
+    AuditPending,
     AuditTreeNode,
     LogCheckpoint,
     RetentionPolicy,
@@ -38,6 +40,8 @@ __all__ = [
     "ApiToken",
     "Artifact",
     "AuditEvent",
+    "AuditLeaf",
+    "AuditPending",
     "AuditTreeNode",
     "Base",
     "Deployment",

@@ -5,14 +5,26 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Index, Integer, LargeBinary, SmallInteger, String, Text
+from sqlalchemy import (
+    BigInteger,
+    Index,
+    Integer,
+    LargeBinary,
+    SmallInteger,
+    String,
+    Text,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from registry.models.base import Base, UTCDateTime, utcnow
 
 
 class AuditEvent(Base):
-    """One state change; ``seq`` is gapless and assigned under a lock, not by a sequence."""
+    """One state change. ``seq`` is the event's id, assigned at insert (a sequence on
+    PostgreSQL, the rowid on SQLite) without any log-wide lock: ids are unique and increase
+    in insert order, but may have gaps (a rolled-back insert) and need not follow commit
+    order. Its place in the Merkle tree is assigned later, by the sequencer
+    (``AuditLeaf``)."""
 
     __tablename__ = "audit_events"
     __table_args__ = (
@@ -20,7 +32,7 @@ class AuditEvent(Base):
         Index("ix_audit_events_occurred_at", "occurred_at"),
     )
 
-    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     occurred_at: Mapped[datetime] = mapped_column(UTCDateTime())
     actor: Mapped[str] = mapped_column(String(200), index=True)
     action: Mapped[str] = mapped_column(String(64), index=True)
@@ -32,9 +44,9 @@ class AuditEvent(Base):
 class AuditTreeNode(Base):
     """One perfect subtree of the RFC 6962 tree over the audit events (see registry.merkle).
 
-    ``(level, idx)`` covers leaves ``[idx * 2**level, (idx + 1) * 2**level)``; leaf ``i`` is
-    event ``seq = i + 1``. Rows are written with the event that completes them, in the same
-    transaction, so proofs for any tree size read O(log² n) rows by primary key.
+    ``(level, idx)`` covers leaves ``[idx * 2**level, (idx + 1) * 2**level)``; which event
+    leaf ``i`` holds is ``AuditLeaf``. Rows are written by the sequencer with the leaf that
+    completes them, so proofs for any tree size read O(log² n) rows by primary key.
     """
 
     __tablename__ = "audit_tree"
@@ -42,6 +54,29 @@ class AuditTreeNode(Base):
     level: Mapped[int] = mapped_column(SmallInteger, primary_key=True, autoincrement=False)
     idx: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
     hash: Mapped[bytes] = mapped_column(LargeBinary(32))
+
+
+class AuditPending(Base):
+    """An event written but not yet in the tree: inserted in the event's own transaction
+    (so it commits, or not, with the change it records), deleted by the sequencer in the
+    transaction that gives the event its leaf."""
+
+    __tablename__ = "audit_pending"
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+
+
+class AuditLeaf(Base):
+    """Leaf ``idx`` of the tree is event ``seq``: assigned by the sequencer, one event at a
+    time in the order it integrates them (``registry.audit.integrate``), never changed."""
+
+    __tablename__ = "audit_leaves"
+
+    idx: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    # No foreign keys here: what ties a leaf to its event is the leaf hash, recomputed by
+    # every verification (a leaf whose event is gone is reported, not refused by a
+    # constraint an attacker holding the database would drop anyway).
+    seq: Mapped[int] = mapped_column(Integer, unique=True)
 
 
 class LogCheckpoint(Base):

@@ -163,10 +163,12 @@ def _log_proofs(session: Session, cited: dict[str, int], key_path: str) -> dict[
     events = {}
     for seq in sorted(set(cited.values())):
         ev = session.get(AuditEvent, seq)
-        assert ev is not None
-        proof = audit_tree.inclusion_proof(session, seq - 1, cp.tree_size)
+        index = audit.leaf_index(session, seq)
+        assert ev is not None and index is not None and index < cp.tree_size
+        proof = audit_tree.inclusion_proof(session, index, cp.tree_size)
         events[str(seq)] = {
             "leaf_data": canonical_json(audit.event_body(ev)).decode("utf-8"),
+            "index": index,
             "path": [h.hex() for h in proof.path],
         }
     return {"checkpoint": cp.note, "verifier_key": cp.verifier_key, "events": events}

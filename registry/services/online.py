@@ -37,7 +37,7 @@ from operator import attrgetter
 from typing import Annotated, Any, NamedTuple
 
 from pydantic import Field
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from registry import online_stats
@@ -143,8 +143,8 @@ class Group:
 
 
 def prepare(rows: Sequence[Observation]) -> list[Group]:
-    """The part of :func:`observe` that reads no monitor: run it before taking the write
-    lock, so the lock is held for less."""
+    """The part of :func:`observe` that reads no monitor: run it before taking the
+    monitors' locks, so they are held for less."""
     by_key: dict[tuple[int, int], list[Observation]] = defaultdict(list)
     for r in rows:
         by_key[(r.deployment_id, r.pair_id)].append(r)
@@ -173,6 +173,23 @@ _served_at = attrgetter("served_at")
 _KEYS = ("requests", "tested", "drafted", "accepted", "rate_sum")
 
 
+def _lock_monitor(session: Session, deployment_id: int, pair_id: int) -> None:
+    """Batches feeding one monitor take turns until they commit (its test is sequential and
+    its counters are read then written; creating it must happen once); batches for other
+    monitors do not wait. :func:`prepare` sorts the groups, so two batches take these
+    locks in the same order and cannot deadlock. SQLite's BEGIN IMMEDIATE already
+    serialises every writer. (The audit log's lock used to order them; it is gone.)"""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(
+            text("SELECT pg_advisory_xact_lock(:ns, hashtext(:key))"),
+            {"ns": _PG_MONITOR_LOCKS, "key": f"{deployment_id}:{pair_id}"},
+        )
+
+
+# An arbitrary constant naming the online monitors' locks among two-key advisory locks.
+_PG_MONITOR_LOCKS = 72_019_583
+
+
 def _observe_group(session: Session, group: Group, actor: str) -> None:
     dep_id, pair_id, rows, starts, stamps = (
         group.deployment_id,
@@ -181,6 +198,7 @@ def _observe_group(session: Session, group: Group, actor: str) -> None:
         group.starts,
         group.stamps,
     )
+    _lock_monitor(session, dep_id, pair_id)
     dep = session.get(Deployment, dep_id)
     assert dep is not None
     mon = session.scalar(

@@ -22,9 +22,10 @@ them (``token:<name>`` over HTTP, ``local:<user>`` embedded): the stored key is
 clash with, an id another client sends; a clash within one source is that source's own
 conflict, reported per tag and never a reason to refuse the rest of the batch.
 
-The registry's global write lock is taken only at step 5 (by ``append_event``), so batches
-from many clients insert in parallel and serialise only for the event. Ids are inserted
-sorted, so two batches sharing ids lock them in the same order and cannot deadlock.
+No log-wide lock: the event is queued for the audit sequencer (``registry.audit``), so
+batches from many clients insert in parallel; batches feeding the same online monitor take
+that monitor's lock in turn (``registry.services.online``). Ids are inserted sorted, so two
+batches sharing ids lock them in the same order and cannot deadlock.
 """
 
 from __future__ import annotations
@@ -296,7 +297,7 @@ def _ingest(session: Session, tags: Sequence[TagIn | dict[str, Any]], actor: str
     inconsistent_ids = [r.request_id[cut:] for r in stored if not r.consistent]
     root = merkle_root([r.tag_digest for r in stored])
     times = [r.served_at for r in stored]
-    observed = online.prepare(_observations(parsed, stored, cut))  # before the write lock
+    observed = online.prepare(_observations(parsed, stored, cut))  # before the monitors' locks
     event = append_event(
         session,
         actor=actor,
@@ -329,7 +330,7 @@ def _ingest(session: Session, tags: Sequence[TagIn | dict[str, Any]], actor: str
             audit_seq=event.seq,
         )
     )
-    # Online acceptance: after the event, so the write lock orders concurrent batches.
+    # Online acceptance: each monitor's lock orders the concurrent batches feeding it.
     online.observe(session, observed, actor=actor)
     return IngestResult(
         received=len(parsed),

@@ -250,7 +250,9 @@ def archive_requests(
         for bid in batch_ids:
             b = batches[bid]
             ev = events[b.audit_seq]  # type: ignore[index]
-            proof = audit_tree.inclusion_proof(session, ev.seq - 1, cp.tree_size)
+            index = audit.leaf_index(session, ev.seq)
+            assert index is not None and index < cp.tree_size  # integrated before signing
+            proof = audit_tree.inclusion_proof(session, index, cp.tree_size)
             entry = {
                 "batch_id": b.id,
                 "audit_seq": b.audit_seq,
@@ -259,6 +261,7 @@ def archive_requests(
                 "created_at": format_time(b.created_at),
                 "event": {
                     "leaf_data": canonical_json(audit.event_body(ev)).decode("utf-8"),
+                    "index": index,
                     "path": [h.hex() for h in proof.path],
                 },
             }

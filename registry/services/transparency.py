@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from registry import audit, audit_tree, merkle, signed_note
 from registry.errors import Conflict, InvalidInput, NotFound
-from registry.models import AuditEvent, LogCheckpoint, utcnow
+from registry.models import AuditEvent, AuditLeaf, LogCheckpoint, utcnow
 from registry.records_trust import (
     ConsistencyProofRecord,
     InclusionProofRecord,
@@ -38,6 +38,7 @@ logger = logging.getLogger("pairreg.transparency")
 
 
 def _size_arg(session: Session, value: int | None, field: str, *, at_least: int = 0) -> int:
+    audit.integrate(session)  # integrate before read
     current = audit_tree.tree_size(session)
     if value is None:
         return current
@@ -55,22 +56,24 @@ def prove_inclusion(
     seq: Annotated[int, Field(ge=1)],
     tree_size: Annotated[int | None, Field(ge=1)] = None,
 ) -> InclusionProofRecord:
-    """Audit path from event ``seq`` to the root of the tree of ``tree_size`` events
-    (default: the whole log now); check it against a checkpoint of that size."""
+    """Audit path from event ``seq`` (at its leaf ``leaf_index``) to the root of the tree of
+    ``tree_size`` leaves (default: the whole log now); check it against a checkpoint of that
+    size."""
     if seq < 1:
         raise InvalidInput("seq must be at least 1", field="seq")
     size = _size_arg(session, tree_size, "tree_size", at_least=1)
-    if seq > size:
-        raise NotFound(f"event {seq} is not in a tree of {size} events", field="seq")
     event = session.get(AuditEvent, seq)
     if event is None:
         raise NotFound(f"no audit event {seq}", field="seq")
-    proof = audit_tree.inclusion_proof(session, seq - 1, size)
+    index = session.scalar(select(AuditLeaf.idx).where(AuditLeaf.seq == seq))
+    if index is None or index >= size:
+        raise NotFound(f"event {seq} is not in a tree of {size} events", field="seq")
+    proof = audit_tree.inclusion_proof(session, index, size)
     body = audit.event_body(event)
     data = audit_tree.event_leaf_data(body)
     return InclusionProofRecord(
         seq=seq,
-        leaf_index=seq - 1,
+        leaf_index=index,
         tree_size=size,
         event=body,
         leaf_data=data.decode("utf-8"),
@@ -327,12 +330,12 @@ def _record(row: LogCheckpoint, verifier: str, *, created: bool) -> LogCheckpoin
 def _check_new_leaves(session: Session, after: int, size: int) -> None:
     """Every leaf stored since the last checkpoint is the hash of its event."""
     stored = audit_tree.stream_level(session, 0, start=after)
-    recomputed = audit_tree.leaves_from_events(session, after_seq=after)
+    recomputed = audit_tree.leaves_from_events(session, after=after)
     for index in range(after, size):
         got, leaf = next(stored, None), next(recomputed, None)
         if leaf is None or got != (index, leaf):
             raise Conflict(
-                f"audit event {index + 1} does not match its stored leaf: the log was "
+                f"the audit event at leaf {index} does not match its stored leaf: the log was "
                 "altered; refusing to sign a checkpoint over it",
                 field="audit",
             )
@@ -344,14 +347,9 @@ def sign_log_checkpoint(
     """Sign a C2SP checkpoint of the whole log as it stands, after proving it extends the
     newest checkpoint signed before. Signing the same size again returns that checkpoint."""
     key, verifier = _log_key(key_path)
-    audit.lock_writes(session)
+    audit.integrate(session)  # the sequencer first: sign every event committed by now
+    audit.lock_checkpoints(session)
     size = audit_tree.tree_size(session)
-    head = session.scalar(select(AuditEvent.seq).order_by(AuditEvent.seq.desc()).limit(1)) or 0
-    if head != size:
-        raise Conflict(
-            f"the audit tree covers {size} events but the log holds {head}: rebuild the tree",
-            field="audit",
-        )
     root = audit_tree.root(session, size)
     last = session.scalar(select(LogCheckpoint).order_by(LogCheckpoint.tree_size.desc()).limit(1))
     outside = _outside_checkpoint(session, key_path, verifier)
@@ -452,6 +450,7 @@ def verify_audit_log(
     verifier = published_verifier(key_path)
     marker = _verified_marker(session, verifier, key_path) if incremental else None
     after = marker.size if marker is not None else 0
+    audit.integrate(session)
     report = audit_tree.verify_tree(session, after=after)
     if report.ok and marker is not None and audit_tree.root(session, marker.size) != marker.root:
         report = audit_tree.TreeReport(

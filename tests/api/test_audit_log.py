@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from registry import audit_tree
+from registry import audit, audit_tree
 from registry.db import get_engine, session_scope
 from registry.records import Provenance
 from registry.services.artifacts import add_artifact
@@ -138,6 +138,8 @@ def test_checkpoint_catches_a_truncated_tail_and_a_forged_note(
     # (the one given, and the log's own) notice.
     with get_engine(sqlite_home.db_url).begin() as conn:
         bypass_append_only(conn)
+        conn.execute(text("DELETE FROM audit_leaves WHERE idx >= :i"), {"i": size - 1})
+        conn.execute(text("DELETE FROM audit_pending"))
         conn.execute(text("DELETE FROM audit_events WHERE seq >= :s"), {"s": size})
         audit_tree.rebuild(conn)
     cut = run_cli("audit", "verify", "--checkpoint", str(cp_file))
@@ -190,5 +192,6 @@ def test_postgres_refuses_update_delete_truncate(pg_url: str, tmp_path: Path) ->
             with engine.begin() as conn:
                 conn.execute(text(statement))
     with session_scope(pg_url) as s:
+        audit.integrate(s)  # integrate before read
         report = audit_tree.verify_tree(s)
     assert report.ok and report.size == 2

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from registry import audit_tree
+from registry import audit, audit_tree
 from registry.db import session_scope
 from registry.models import Artifact, AuditEvent, Pair
 from registry.services.artifacts import add_artifact
@@ -92,6 +92,7 @@ def test_concurrent_writers_keep_the_chain_gapless(pg_url: str, tmp_path: Path) 
         seqs = list(s.scalars(select(AuditEvent.seq).order_by(AuditEvent.seq)))
         n_artifacts = s.scalar(select(func.count()).select_from(Artifact))
         n_pairs = s.scalar(select(func.count()).select_from(Pair))
+        audit.integrate(s)  # integrate before read
         report = audit_tree.verify_tree(s)
     # 1 target + 1 shared drafter + 8 own drafters; 1 shared pair + 8 own pairs.
     assert n_artifacts == 2 + WRITERS and n_pairs == 1 + WRITERS

@@ -36,6 +36,7 @@ def _grow(url: str, n: int, start: int) -> None:
 
 def _check_restored(url: str, checkpoint: str, size: int) -> None:
     with session_scope(url) as s:
+        audit.integrate(s)  # integrate before read
         assert audit_tree.verify_tree(s).ok
         verdict = tl.verify_audit_log(s, checkpoint=checkpoint)
     assert verdict.ok and verdict.checkpoint_ok, verdict
@@ -81,6 +82,7 @@ def test_pg_dump_and_restore_drill(home: Settings, tmp_path: Path) -> None:
                 # An older backup restored in place of the current database: the log is a
                 # valid prefix, but the later checkpoint shows events are missing.
                 with session_scope(restored) as s:
+                    audit.integrate(s)  # integrate before read
                     assert audit_tree.verify_tree(s).ok
                     verdict = tl.verify_audit_log(s, checkpoint=last.note)
                 assert not verdict.ok and verdict.checkpoint_ok is False

@@ -96,7 +96,10 @@ def test_a_truncated_log_fails_against_its_signed_checkpoint(home: Settings) -> 
         signed = tl.sign_log_checkpoint(s, actor="local:auditor")
     with get_engine(url).begin() as conn:
         bypass_append_only(conn)
+        # The last leaf, its place in the leaf map and its event (here seq = leaf + 1: one
+        # writer, nothing rolled back).
         conn.execute(text("DELETE FROM audit_events WHERE seq = :s"), {"s": signed.tree_size})
+        conn.execute(text("DELETE FROM audit_leaves WHERE seq = :s"), {"s": signed.tree_size})
         conn.execute(
             text("DELETE FROM audit_tree WHERE level = 0 AND idx = :i"),
             {"i": signed.tree_size - 1},

@@ -35,6 +35,7 @@ def append(url: str, n: int, start: int = 0) -> None:
 
 def all_leaves(url: str) -> list[bytes]:
     with session_scope(url) as s:
+        audit.integrate(s)  # integrate before read
         return list(audit_tree.leaves_from_events(s))
 
 
@@ -45,6 +46,7 @@ def test_proofs_checkpoints_and_tree_verification(home: Settings) -> None:
     size = len(leaves)
     assert size == 41
     with session_scope(url) as s:
+        audit.integrate(s)  # integrate before read
         assert audit_tree.tree_size(s) == size
         for old in (0, 1, 2, 7, 8, 16, 33, size):
             for new in (old, min(size, old + 1), size):
@@ -288,6 +290,7 @@ def test_backfill_builds_the_tree_for_existing_events(tmp_path: Path) -> None:
             bodies.append(body)
     db.upgrade(url)  # through revision 0010, which checks the chain before retiring it
     with session_scope(url) as s:
+        audit.integrate(s)  # integrate before read
         report = audit_tree.verify_tree(s)
         assert report.ok and report.size == 37
         expected = merkle.root_from_leaves([merkle.leaf_hash(canonical_json(b)) for b in bodies])
@@ -296,5 +299,6 @@ def test_backfill_builds_the_tree_for_existing_events(tmp_path: Path) -> None:
             s, actor="new", action="new.event", entity_type="t", entity_id=1, payload={}
         )
     with session_scope(url) as s:
+        audit.integrate(s)  # integrate before read
         assert audit_tree.verify_tree(s).size == 38
     db.dispose_engines()
