@@ -33,6 +33,7 @@ import httpx
 
 from registry.errors import InvalidInput
 from runner.executor import RunnerError, suite_prompts
+from runner.serving_config import serving_config
 from runner.stats import summarize
 from runner.suites import Prompt, suite_digest
 from runner.version import RUNNER_VERSION
@@ -173,13 +174,16 @@ def measure_prompts(
     *,
     lossy: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    concurrency: int | None = None,
 ) -> dict[str, Any]:
-    """Every prompt through vLLM at once; the result in the stored measurement's shape."""
+    """Every prompt through vLLM at once (or ``concurrency`` at a time, for a bench); the
+    result in the stored measurement's shape."""
     k = check_task(settings, lossy)
     card = client.card()
     sampling = _sampling(settings)
+    width = max(1, min(concurrency or len(prompts), len(prompts)))
     t0 = time.monotonic()
-    with ThreadPoolExecutor(max(1, len(prompts))) as pool:  # all in flight at once
+    with ThreadPoolExecutor(width) as pool:  # all in flight at once by default
         answers = list(pool.map(lambda p: client.ask(p, sampling), prompts))
     wall = time.monotonic() - t0
     rows: list[dict[str, Any]] = []
@@ -238,7 +242,7 @@ def measure_prompts(
         "num_spec_tokens": sorted(ks)[0] if ks else None,
         "system_fingerprint": sorted(fingerprints),
         "counting": COUNTING,
-        "concurrency": len(prompts),
+        "concurrency": width,
         "throughput": {
             "tokens": tokens,
             "seconds": round(wall, 4),
@@ -278,6 +282,10 @@ class VllmExecutor:
         )
         data["prompts_per_category"] = task.prompts_per_category
         data["suite_name"] = task.suite_name
+        data["serving_config"] = serving_config(
+            dict(task.settings), task.target_dir, task.drafter_dir,
+            engine=ENGINE_NAME, engine_version=data["engine"]["version"],
+        )  # fmt: skip
         return {
             "result": data,
             "suite_digest": data["suite_digest"],

@@ -7,6 +7,7 @@ interval. A policy's ``[trust] engines`` decides which measurements it reuses an
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from registry.settings import Settings
 from runner import MeasureSettings, measure_pair
 from runner.executor import suite_prompts
 from runner.vllm_measure import VllmExecutor
-from tests.engine.conftest import DEPLOYMENTS, FIGURES, EngineRegistry, Engines, K
+from tests.engine.conftest import CHAT_TEMPLATE, DEPLOYMENTS, FIGURES, EngineRegistry, Engines, K
 
 DEPLOYMENT = DEPLOYMENTS["draft_model"]
 pytestmark = pytest.mark.engine(DEPLOYMENT)
@@ -63,6 +64,12 @@ def test_worker_measures_through_vllm_like_the_runner(
     assert engine["concurrency"] == PER_CATEGORY
     assert [f[:5] for f in engine["system_fingerprint"]] == ["vllm-"]
     assert m.produced_via == "job" and m.device == "vllm"
+    serving = m.extra["serving_config"]
+    assert serving == {
+        "engine": "vllm", "engine_version": engine["version"], "method": "draft_model", "k": K,
+        "dtype": "float32", "acceptance": "strict", "eagle3_aux_layer_ids": None,
+        "chat_template_digest": "sha256:" + hashlib.sha256(CHAT_TEMPLATE.encode()).hexdigest(),
+    }  # fmt: skip
 
     # the embedded runner on the same prompts, counted as vLLM counts
     prompts = suite_prompts("code", None, PER_CATEGORY)

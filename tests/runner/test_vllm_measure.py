@@ -4,12 +4,16 @@ runner's raw rows, what it refuses, and the policy key that trusts engine measur
 
 from __future__ import annotations
 
+import hashlib
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from registry.errors import InvalidInput
 from registry.policy import DEFAULTS, parse_policy, policy_digest
+from runner.serving_config import serving_config
 from runner.suites import Prompt
 from runner.vllm_measure import EngineError, histogram_row, measure_prompts
 from tests.api.conftest import run_cli
@@ -121,3 +125,31 @@ def test_worker_engine_options_refused_readably() -> None:
         result = run_cli("worker", "--once", *args)
         assert result.exit_code == 2, (args, result.output)
         assert "Traceback" not in result.output and f"--{field}" in result.output, result.output
+
+
+def test_serving_config_reads_template_and_aux_layers(tmp_path: Path) -> None:
+    target, head = tmp_path / "t", tmp_path / "h"
+    target.mkdir()
+    head.mkdir()
+    (target / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ x }}"}))
+    (head / "config.json").write_text(json.dumps({"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}))
+    settings = {"method": "eagle3", "k": 4, "dtype": "float32"}
+    cfg = serving_config(settings, str(target), str(head), engine="vllm", engine_version="0.32.0")
+    assert cfg["chat_template_digest"] == "sha256:" + hashlib.sha256(b"{{ x }}").hexdigest()
+    assert cfg["eagle3_aux_layer_ids"] == [1, 2, 3]
+    assert (cfg["engine"], cfg["engine_version"], cfg["method"], cfg["k"]) == (
+        "vllm",
+        "0.32.0",
+        "eagle3",
+        4,
+    )
+    # vLLM #50170's case reads differently; so does another template, a .jinja file first
+    (head / "config.json").write_text(json.dumps({"eagle_aux_hidden_state_layer_ids": [0, 1, 2]}))
+    (target / "chat_template.jinja").write_text("{{ y }}")
+    other = serving_config(settings, str(target), str(head), engine="vllm", engine_version="0.32.0")
+    assert other["eagle3_aux_layer_ids"] == [0, 1, 2]
+    assert other["chat_template_digest"] == "sha256:" + hashlib.sha256(b"{{ y }}").hexdigest()
+    # no template, not an EAGLE-3 pair
+    plain = serving_config({"method": "draft_model", "k": 4}, str(head), str(head),
+                           engine="runner", engine_version="1")  # fmt: skip
+    assert plain["chat_template_digest"] is None and plain["eagle3_aux_layer_ids"] is None
