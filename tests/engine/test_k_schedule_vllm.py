@@ -19,7 +19,7 @@ from tests.engine.conftest import DEPLOYMENTS, FIGURES, EngineRegistry, Engines,
 from tests.requests.conftest import ACTOR
 
 DEPLOYMENT = DEPLOYMENTS["draft_model"]
-pytestmark = pytest.mark.engine(DEPLOYMENT)
+pytestmark = pytest.mark.engine(DEPLOYMENT, variant=2)
 MAX_BATCH = 512
 
 
