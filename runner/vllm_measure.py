@@ -48,7 +48,13 @@ VLLM_METHODS = ("draft_model", "eagle", "eagle3", "prompt_lookup", "mtp")
 
 
 class EngineError(InvalidInput):
-    """The engine cannot measure this task as asked (unreachable, no counters, another k)."""
+    """The engine cannot measure this task as asked (no counters, another k, refused the
+    request): the job fails at once, retrying would not change it."""
+
+
+class EngineUnavailable(RuntimeError):
+    """The engine did not answer (down, restarting, overloaded): the job loop retries the
+    job while attempts remain."""
 
 
 def histogram_row(spec: dict[str, Any], k: int) -> dict[str, Any]:
@@ -86,16 +92,21 @@ class VllmClient:
     def _get(self, path: str) -> dict[str, Any]:
         try:
             resp = httpx.get(f"{self.url}{path}", timeout=30)
-            resp.raise_for_status()
         except httpx.HTTPError as exc:
-            raise EngineError(f"vLLM at {self.url}{path}: {exc}", field="engine_url") from exc
+            raise EngineUnavailable(f"vLLM at {self.url}{path}: {exc}") from exc
+        if resp.status_code >= 500:
+            raise EngineUnavailable(f"vLLM at {self.url}{path}: HTTP {resp.status_code}")
+        if resp.status_code != 200:
+            raise EngineError(
+                f"vLLM at {self.url}{path}: HTTP {resp.status_code}", field="engine_url"
+            )
         body: dict[str, Any] = resp.json()
         return body
 
     def version(self) -> str | None:
         try:
             return str(self._get("/version").get("version"))
-        except EngineError:
+        except (EngineError, EngineUnavailable):
             return None
 
     def card(self) -> dict[str, Any]:
@@ -127,7 +138,9 @@ class VllmClient:
         try:
             resp = httpx.post(f"{self.url}{path}", json=body, timeout=self.timeout)
         except httpx.HTTPError as exc:
-            raise EngineError(f"vLLM at {self.url}{path}: {exc}", field="engine_url") from exc
+            raise EngineUnavailable(f"vLLM at {self.url}{path}: {exc}") from exc
+        if resp.status_code >= 500:
+            raise EngineUnavailable(f"vLLM at {self.url}{path}: HTTP {resp.status_code}")
         if resp.status_code != 200:
             raise EngineError(
                 f"vLLM answered {resp.status_code} for prompt {prompt.id}: {resp.text[:300]}",

@@ -11,12 +11,19 @@ from typing import Any
 
 import pytest
 
-from registry.errors import InvalidInput
+from registry.errors import InvalidInput, PairregError
 from registry.policy import DEFAULTS, parse_policy, policy_digest
 from runner.serving_config import serving_config
 from runner.suites import Prompt
-from runner.vllm_measure import EngineError, histogram_row, measure_prompts
+from runner.vllm_measure import (
+    EngineError,
+    EngineUnavailable,
+    VllmClient,
+    histogram_row,
+    measure_prompts,
+)
 from tests.api.conftest import run_cli
+from tests.serve_process import free_port
 
 
 def test_histogram_to_per_position_counters() -> None:
@@ -153,3 +160,14 @@ def test_serving_config_reads_template_and_aux_layers(tmp_path: Path) -> None:
     plain = serving_config({"method": "draft_model", "k": 4}, str(head), str(head),
                            engine="runner", engine_version="1")  # fmt: skip
     assert plain["chat_template_digest"] is None and plain["eagle3_aux_layer_ids"] is None
+
+
+def test_an_engine_that_does_not_answer_is_retried_not_failed() -> None:
+    """Down or restarting is transient: not a PairregError, so the job loop retries the job;
+    an engine that answers but cannot measure the pair fails it at once (EngineError)."""
+    client = VllmClient(f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(EngineUnavailable) as exc:
+        client.card()
+    assert not isinstance(exc.value, PairregError)
+    assert client.version() is None
+    assert issubclass(EngineError, PairregError)
