@@ -15,7 +15,7 @@ else
 XDIST_ARGS := -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 endif
 
-.PHONY: run test test-real venv lint fuzz bench-hash bench-runner bench-ingest bench-tlog bench-load demo \
+.PHONY: run test test-real venv lint fuzz bench-hash bench-runner bench-engine bench-ingest bench-tlog bench-load demo \
 	clean engines test-engines
 
 $(BIN)/activate:
@@ -67,6 +67,10 @@ bench-hash: venv
 
 bench-runner: venv
 	$(BIN)/python bench/runner_bench.py
+
+## tokens/s through vLLM (the engine tier's) against the embedded runner, same suite, one run
+bench-engine: venv engines
+	PAIRREG_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(BIN)/python bench/engine_bench.py
 
 bench-ingest: venv
 	$(BIN)/python bench/ingest_bench.py

@@ -18,7 +18,13 @@ from cli.render import console, err_console
 from registry.audit import load_private_key
 from registry.contract.interface import Backend
 from registry.errors import InvalidInput
-from registry.jobloop import DEFAULT_LEASE_S, Worker, isolation_problems, worker_name
+from registry.jobloop import (
+    DEFAULT_LEASE_S,
+    Executor,
+    Worker,
+    isolation_problems,
+    worker_name,
+)
 from registry.settings import Settings, get_settings
 
 
@@ -32,13 +38,16 @@ def make_worker(
     log_prefix: str = "",
     isolated: bool = False,
     signing_key: Path | None = None,
+    executor: Executor | None = None,
 ) -> Worker:
-    from runner.executor import RunnerExecutor  # torch loads only for commands that run it
+    if executor is None:
+        from runner.executor import RunnerExecutor  # torch loads only for commands that run it
 
+        executor = RunnerExecutor()
     settings = settings or get_settings()
     return Worker(
         backend=backend,
-        executor=RunnerExecutor(),
+        executor=executor,
         name=name or worker_name(),
         device=device,
         lease_s=lease_s,
@@ -47,6 +56,23 @@ def make_worker(
         isolated=isolated,
         signing_key=load_private_key(signing_key) if signing_key else None,
     )
+
+
+def engine_executor(engine: str, url: str | None, model: str | None) -> Executor | None:
+    """The executor for ``--engine``: None for the embedded runner (built by make_worker)."""
+    if engine == "runner":
+        if url or model:
+            raise InvalidInput("--engine-url needs --engine vllm", field="engine_url")
+        return None
+    if engine != "vllm":
+        raise InvalidInput("--engine must be runner or vllm", field="engine")
+    if not url or not url.startswith(("http://", "https://")):
+        raise InvalidInput(
+            "--engine vllm needs --engine-url http(s)://HOST:PORT", field="engine_url"
+        )
+    from runner.vllm_measure import VllmExecutor
+
+    return VllmExecutor(url, model)
 
 
 def worker_command(
@@ -70,8 +96,21 @@ def worker_command(
         help="Ed25519 private key (PEM) to sign every result with; an admin registers its "
         "public half (`pairreg worker-key add`).",
     ),
+    engine: str = typer.Option(
+        "runner",
+        "--engine",
+        help="runner: measure with the embedded runner; vllm: through the running vLLM at "
+        "--engine-url, from its per-request counters (docs/engine.md).",
+    ),
+    engine_url: str | None = typer.Option(
+        None, "--engine-url", help="The vLLM OpenAI server to measure through (--engine vllm)."
+    ),
+    engine_model: str | None = typer.Option(
+        None, "--engine-model", help="The served model name, when vLLM serves several."
+    ),
 ) -> None:
     """Claim measurement jobs and run them (Ctrl-C to stop)."""
+    executor = engine_executor(engine, engine_url, engine_model)
     if isolated:
         problems = isolation_problems(get_settings())
         if problems:
@@ -84,8 +123,10 @@ def worker_command(
         lease_s=lease,
         isolated=isolated,
         signing_key=signing_key,
+        executor=executor,
     )
-    console.print(f"worker {worker.name} ({backend.mode}, device {device})")
+    where = f"engine {engine} at {engine_url}" if engine != "runner" else f"device {device}"
+    console.print(f"worker {worker.name} ({backend.mode}, {where})")
     n = worker.work(once=once, poll_s=poll, watch_s=0.0 if once else watch_interval)
     console.print(f"{n} job(s) run")
 

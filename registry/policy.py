@@ -56,8 +56,14 @@ DEFAULTS: dict[str, Any] = {
     # Which measurements a validation may reuse, by how they were produced: ``job`` (a
     # worker under a job), ``local`` (the embedded registry's own user), ``http`` (a result
     # self-reported over HTTP: never trusted unless named here); and whether only those a
-    # registered worker key signed count.
-    "trust": {"measurements": ["job", "local"], "require_signature": False},
+    # registered worker key signed count; and which engines' measurements count: ``runner``
+    # (the embedded runner) and/or ``vllm`` (``pairreg worker --engine vllm``, measured
+    # where it serves): ``["vllm"]`` requires an engine measurement.
+    "trust": {
+        "measurements": ["job", "local"],
+        "require_signature": False,
+        "engines": ["runner", "vllm"],
+    },
     # Four-eyes: the actor that registered a pair or stored the policy in force cannot
     # promote that pair.
     "governance": {"distinct_actors": False},
@@ -227,6 +233,17 @@ def _check_duties(policy: dict[str, Any]) -> None:
             field="trust.measurements",
         )
     trust["measurements"] = sorted(set(origins), key=MEASUREMENT_ORIGINS.index)
+    engines = trust["engines"]
+    if (
+        not isinstance(engines, list)
+        or not engines
+        or any(e not in MEASURING_ENGINES for e in engines)
+    ):
+        raise InvalidInput(
+            "trust.engines must be a non-empty list of " + ", ".join(MEASURING_ENGINES),
+            field="trust.engines",
+        )
+    trust["engines"] = sorted(set(engines), key=MEASURING_ENGINES.index)
     for section, key in (("trust", "require_signature"), ("governance", "distinct_actors")):
         if not isinstance(policy[section][key], bool):
             raise InvalidInput(f"{section}.{key} must be true or false", field=f"{section}.{key}")
@@ -310,9 +327,20 @@ _DIGEST_OMIT_IF_DEFAULT = (
     ("provenance", "require_signature"),
     ("provenance", "allowed_signers"),
     ("provenance", "trusted_roots"),
+    ("trust", "engines"),
 )
 _DIGEST_OMIT_SECTION_IF_DEFAULT = ("economics", "trust", "governance")
 MEASUREMENT_ORIGINS = ("job", "local", "http")
+# What took a measurement: the embedded runner, or an engine where it serves.
+MEASURING_ENGINES = ("runner", "vllm")
+
+
+def measuring_engine(extra: dict[str, Any] | None) -> str:
+    """The engine a stored measurement was taken on (its ``engine`` block; none: the
+    embedded runner)."""
+    engine = (extra or {}).get("engine")
+    name = engine.get("name") if isinstance(engine, dict) else None
+    return str(name) if name else "runner"
 
 
 def policy_digest(parsed: dict[str, Any]) -> str:
@@ -321,7 +349,12 @@ def policy_digest(parsed: dict[str, Any]) -> str:
         if trimmed.get(section, {}).get(key) == DEFAULTS[section][key]:
             trimmed[section].pop(key, None)
     for section in _DIGEST_OMIT_SECTION_IF_DEFAULT:
-        if trimmed.get(section) == DEFAULTS[section]:
+        default = {
+            k: v
+            for k, v in DEFAULTS[section].items()
+            if (section, k) not in _DIGEST_OMIT_IF_DEFAULT
+        }
+        if trimmed.get(section) in (DEFAULTS[section], default):
             trimmed.pop(section, None)
     return digest_of(trimmed)
 

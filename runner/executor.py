@@ -21,6 +21,7 @@ from runner.mlflow_log import default_tracking_uri, log_measurement
 from runner.models import load_causal_lm, load_tokenizer, resolve_device
 from runner.overlap import teacher_forced_overlap
 from runner.render import encode_prompt
+from runner.serving_config import serving_config
 from runner.settings import MeasureSettings
 from runner.suites import Prompt, Suite, load_suite, suite_digest
 from runner.version import RUNNER_VERSION
@@ -162,6 +163,10 @@ class RunnerExecutor:
             divergence(task.target_dir, prompts, data["prompts"], s, task.divergence_categories)
         data["prompts_per_category"] = task.prompts_per_category
         data["suite_name"] = task.suite_name
+        data["serving_config"] = serving_config(
+            task.settings, task.target_dir, task.drafter_dir,
+            engine="runner", engine_version=RUNNER_VERSION,
+        )  # fmt: skip
         for key in ("target_dir", "drafter_dir"):
             data.pop(key, None)
         out: dict[str, Any] = {

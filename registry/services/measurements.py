@@ -22,7 +22,7 @@ from registry.errors import InvalidInput, NotFound
 from registry.measurement_signing import clean
 from registry.models import Measurement, Pair
 from registry.params import Cursor, Id, Limit
-from registry.policy import settings_digest
+from registry.policy import MEASURING_ENGINES, measuring_engine, settings_digest
 from registry.records import Page, from_row
 from registry.records_governance import MeasurementRecord
 from registry.refs import resolve_pair
@@ -181,7 +181,8 @@ def find_reusable(
     trust: dict[str, Any] | None = None,
 ) -> Measurement | None:
     """The newest stored measurement that answers exactly this request, taken by one of
-    ``runner_versions`` and produced as the policy's ``trust`` section accepts, if any."""
+    ``runner_versions`` and produced (how, and on which engine) as the policy's ``trust``
+    section accepts, if any."""
     stmt = select(Measurement).where(
         Measurement.pair_id == pair.id,
         Measurement.suite_name == suite_name,
@@ -190,11 +191,20 @@ def find_reusable(
     if suite_digest:
         stmt = stmt.where(Measurement.suite_digest == suite_digest)
     stmt = stmt.where(Measurement.runner_version.in_(runner_versions))
+    engines = list(MEASURING_ENGINES)
     if trust is not None:
         stmt = stmt.where(Measurement.produced_via.in_(list(trust["measurements"])))
         if trust["require_signature"]:
             stmt = stmt.where(Measurement.signature.is_not(None))
-    return session.scalar(stmt.order_by(Measurement.id.desc()).limit(1))
+        engines = list(trust.get("engines") or MEASURING_ENGINES)
+    stmt = stmt.order_by(Measurement.id.desc())
+    if set(engines) == set(MEASURING_ENGINES):
+        return session.scalar(stmt.limit(1))
+    # the engine lives in the measurement's JSON: checked here, newest first
+    for row in session.scalars(stmt.limit(200)):
+        if measuring_engine(row.extra) in engines:
+            return row
+    return None
 
 
 def get_measurement(session: Session, *, id: Id, prompts: bool = True) -> MeasurementRecord:

@@ -39,10 +39,12 @@ from registry.model_signature import signer_refusal
 from registry.models import Deployment, DriftFlag, Job, Measurement, Pair, Policy, Validation
 from registry.params import Cursor, Id, Limit
 from registry.policy import (
+    MEASURING_ENGINES,
     applicable_policy_name,
     category_floor,
     economics_gated,
     measurement_settings,
+    measuring_engine,
     remote_code_parts,
     section,
     settings_digest,
@@ -271,7 +273,15 @@ def trust_gate(policy: dict[str, Any], m: Measurement) -> GateResult:
     if trust["require_signature"]:
         required += ", signed by a registered worker key"
         ok = ok and m.signature is not None
+    engines = list(trust["engines"])
+    engine = measuring_engine(m.extra)
+    restricted = set(engines) != set(MEASURING_ENGINES)
+    if restricted:
+        required += ", measured on " + " or ".join(engines)
+    ok = ok and engine in engines
     signed = f", signed by {m.signature['key']}" if m.signature else ""
+    if restricted or engine != "runner":
+        signed += f", on {engine}"
     return GateResult(
         name="measurement.trust",
         required=required,

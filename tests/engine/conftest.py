@@ -191,12 +191,17 @@ def engines(
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests grouped by the deployment they serve (``pytest.mark.engine(DEPLOYMENT)``), so
-    each vLLM server starts once per session; tests that serve nothing run first."""
+    each vLLM server starts once per session; tests that serve nothing run first. Within a
+    deployment, tests that end on a variant of its server (``variant=N``: another
+    speculative config under the same name) run last, in order of N, so the export's own
+    server is not started twice."""
     order = {name: i for i, name in enumerate(DEPLOYMENTS.values())}
 
-    def key(item: pytest.Item) -> int:
+    def key(item: pytest.Item) -> tuple[int, int]:
         mark = item.get_closest_marker("engine")
-        return order.get(mark.args[0], len(order)) if mark and mark.args else -1
+        if not mark or not mark.args:
+            return (-1, 0)
+        return (order.get(mark.args[0], len(order)), int(mark.kwargs.get("variant", 0)))
 
     items.sort(key=key)
 

@@ -28,7 +28,7 @@ from tests.engine.conftest import DEPLOYMENTS, FIGURES, EngineRegistry, Engines,
 from tests.requests.conftest import ACTOR
 
 DEPLOYMENT = DEPLOYMENTS["draft_model"]
-pytestmark = pytest.mark.engine(DEPLOYMENT)
+pytestmark = pytest.mark.engine(DEPLOYMENT, variant=1)
 MAX_TOKENS = 32
 
 
