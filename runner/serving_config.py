@@ -17,6 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from registry.methods import TABLE
+
 
 def _json(path: Path) -> dict[str, Any]:
     try:
@@ -45,9 +47,10 @@ def chat_template_digest(model_dir: str | None) -> str | None:
 
 
 def eagle3_aux_layer_ids(method: str | None, drafter_dir: str | None) -> list[int] | None:
-    """The target layers an EAGLE-3 head fuses, as its config declares them (None for other
-    methods, or a head that leaves them to the engine's default)."""
-    if method != "eagle3" or not drafter_dir:
+    """The target layers a head fuses (EAGLE-3), as its config declares them (None for
+    methods whose heads fuse none, or a head that leaves them to the engine's default)."""
+    spec = TABLE.get(method) if method else None
+    if spec is None or not spec.fuses_target_layers or not drafter_dir:
         return None
     aux = _json(Path(drafter_dir) / "config.json").get("eagle_aux_hidden_state_layer_ids")
     return [int(i) for i in aux] if isinstance(aux, list) else None

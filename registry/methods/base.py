@@ -57,6 +57,9 @@ class SpeculationMethod:
     speculators_types: tuple[str, ...] = ()
     speculators_model_type: str | None = None
     speculators_exclusive: bool = False
+    # whether its head fuses several target layers (EAGLE-3's auxiliary hidden states): the
+    # layer ids are then part of the configuration a pair is measured and served under
+    fuses_target_layers: bool = False
 
     @property
     def reads_hidden_states(self) -> bool:

@@ -41,6 +41,7 @@ class Eagle3(SpeculationMethod):
 METHOD = Eagle3(
     name="eagle3",
     title="EAGLE-3",
+    fuses_target_layers=True,
     drafter="heads",
     drafter_roles=("heads", "draft"),
     draft_passes="per_token",

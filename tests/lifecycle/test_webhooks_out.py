@@ -335,6 +335,14 @@ def test_receiver_killed_mid_stream_gets_everything_in_order(db_url: str, tmp_pa
             drift.ack_flag(s, id=flag_id, reason="known", actor=ACTOR)
         _wait(lambda: len({r["id"] for r in _received(log)}) == 13)
         drained = time.monotonic() - restarted
+
+        # the receiver logs an event before its answer reaches the dispatcher, which only
+        # then marks it delivered: wait for the last answer too
+        def settled() -> bool:
+            with session_scope(db_url) as s:
+                return wh.get_webhook(s, name="rx").pending == 0
+
+        _wait(settled)
     finally:
         stop.set()
         receiver.kill()
