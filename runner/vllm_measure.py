@@ -90,18 +90,24 @@ class VllmClient:
         self._card: dict[str, Any] | None = None
 
     def _get(self, path: str) -> dict[str, Any]:
-        try:
-            resp = httpx.get(f"{self.url}{path}", timeout=30)
-        except httpx.HTTPError as exc:
-            raise EngineUnavailable(f"vLLM at {self.url}{path}: {exc}") from exc
-        if resp.status_code >= 500:
-            raise EngineUnavailable(f"vLLM at {self.url}{path}: HTTP {resp.status_code}")
+        resp = self._call(path, lambda url: httpx.get(url, timeout=30))
         if resp.status_code != 200:
             raise EngineError(
                 f"vLLM at {self.url}{path}: HTTP {resp.status_code}", field="engine_url"
             )
         body: dict[str, Any] = resp.json()
         return body
+
+    def _call(self, path: str, send: Callable[[str], httpx.Response]) -> httpx.Response:
+        """One request; an engine that cannot be reached or answers 5xx is unavailable (the
+        job is tried again), any other answer is the caller's to judge."""
+        try:
+            resp = send(f"{self.url}{path}")
+        except httpx.HTTPError as exc:
+            raise EngineUnavailable(f"vLLM at {self.url}{path}: {exc}") from exc
+        if resp.status_code >= 500:
+            raise EngineUnavailable(f"vLLM at {self.url}{path}: HTTP {resp.status_code}")
+        return resp
 
     def version(self) -> str | None:
         try:
@@ -135,12 +141,7 @@ class VllmClient:
         else:
             path, body["prompt"] = "/v1/completions", prompt.prompt
         t0 = time.monotonic()
-        try:
-            resp = httpx.post(f"{self.url}{path}", json=body, timeout=self.timeout)
-        except httpx.HTTPError as exc:
-            raise EngineUnavailable(f"vLLM at {self.url}{path}: {exc}") from exc
-        if resp.status_code >= 500:
-            raise EngineUnavailable(f"vLLM at {self.url}{path}: HTTP {resp.status_code}")
+        resp = self._call(path, lambda url: httpx.post(url, json=body, timeout=self.timeout))
         if resp.status_code != 200:
             raise EngineError(
                 f"vLLM answered {resp.status_code} for prompt {prompt.id}: {resp.text[:300]}",

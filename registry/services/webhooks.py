@@ -153,31 +153,24 @@ def get_webhook(session: Session, *, name: str) -> WebhookRecord:
 
 def disable_webhook(session: Session, *, name: str, actor: str) -> WebhookRecord:
     """Stop sending to a receiver; what it is owed stays listed (and is sent if re-enabled)."""
-    lock_writes(session)
-    sub = _subscription(session, name)
-    if sub.active:
-        sub.active = False
-        append_event(
-            session,
-            actor=actor,
-            action="webhook.disabled",
-            entity_type="webhook",
-            entity_id=sub.id,
-            payload={"name": name},
-        )
-    return _record(session, sub)
+    return _set_active(session, name, False, actor)
 
 
 def enable_webhook(session: Session, *, name: str, actor: str) -> WebhookRecord:
     """Resume sending, starting with what the receiver was owed when it was disabled."""
+    return _set_active(session, name, True, actor)
+
+
+def _set_active(session: Session, name: str, active: bool, actor: str) -> WebhookRecord:
+    """Switch a subscription on or off; audited only when it changes (a repeat is a no-op)."""
     lock_writes(session)
     sub = _subscription(session, name)
-    if not sub.active:
-        sub.active = True
+    if sub.active != active:
+        sub.active = active
         append_event(
             session,
             actor=actor,
-            action="webhook.enabled",
+            action="webhook.enabled" if active else "webhook.disabled",
             entity_type="webhook",
             entity_id=sub.id,
             payload={"name": name},
