@@ -51,6 +51,11 @@ NFC = (InvalidInput, NotFound, Conflict)
 NFCF = (InvalidInput, NotFound, Conflict, Forbidden)
 
 
+def _verified_state(ctx: CallContext) -> str:
+    """Where this process keeps its verified-files stat cache (never a client's path)."""
+    return str(ctx.settings.cache_dir / "verified")
+
+
 def _signing_key(ctx: CallContext) -> str:
     """The process's own audit key (never a path a client names)."""
     return str(ctx.settings.signing_key_path)
@@ -866,6 +871,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "Serving-engine launch arguments for a deployment's live pair",
         "requests",
         errors=NF,
+        context={"state_dir": _verified_state},
     ),
     Operation(
         requests.maintain_partitions,

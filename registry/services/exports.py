@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
@@ -39,11 +40,11 @@ _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 # method's own (``vllm_method``, ``vllm_options``, ``sglang_algorithm``: registry/methods/).
 
 
-def _pinned(art: Artifact, role: str) -> tuple[str, str | None]:
+def _pinned(art: Artifact, role: str, state_dir: str | None) -> tuple[str, str | None]:
     """``(repo, commit)`` for a pinned Hub part; ``(directory, None)`` for a local part
     whose files match its manifest now; anything else is refused."""
     if art.source_kind == "local" and art.local_path:
-        return _verified_local(art, role), None
+        return _verified_local(art, role, state_dir), None
     if art.source_kind != "hf" or not art.hub_repo or not _COMMIT.match(art.hub_commit or ""):
         raise InvalidInput(
             f"{role} {art.lineage}@v{art.version} has no pinned Hub source "
@@ -54,15 +55,16 @@ def _pinned(art: Artifact, role: str) -> tuple[str, str | None]:
     return art.hub_repo, str(art.hub_commit)
 
 
-def _verified_local(art: Artifact, role: str) -> str:
-    """The local part's directory, re-checked against its manifest (stat cache as a
-    worker's); files that differ refuse the export, naming them."""
+def _verified_local(art: Artifact, role: str, state_dir: str | None) -> str:
+    """The local part's directory, re-checked against its manifest (with the stat cache in
+    ``state_dir``, the serving process's own, as a worker's); files that differ refuse the
+    export, naming them."""
     from registry.settings import get_settings
 
     try:
         done = materialise(
             artifact_record(art, with_manifest=True),
-            state_dir=get_settings().cache_dir / "verified",
+            state_dir=Path(state_dir) if state_dir else get_settings().cache_dir / "verified",
         )
     except IntegrityError as exc:
         raise InvalidInput(str(exc), field=role) from exc
@@ -85,16 +87,19 @@ def _live_pair(session: Session, deployment: str) -> Pair:
 
 
 def vllm_args(
-    pair: Pair, deployment: str, schedule: KSchedule | None = None
+    pair: Pair,
+    deployment: str,
+    schedule: KSchedule | None = None,
+    state_dir: str | None = None,
 ) -> tuple[list[str], dict[str, Any]]:
-    repo, commit = _pinned(pair.target, "target")
+    repo, commit = _pinned(pair.target, "target", state_dir)
     cfg = pair.config
     m = get_method(pair.method)
     if m.vllm_method is None:
         raise InvalidInput(f"vLLM has no speculative method for {pair.method}", field="engine")
     spec: dict[str, Any] = {"method": m.vllm_method, "num_speculative_tokens": pair.k}
     if pair.drafter is not None:
-        drepo, dcommit = _pinned(pair.drafter, "drafter")
+        drepo, dcommit = _pinned(pair.drafter, "drafter", state_dir)
         spec["model"] = drepo
         if dcommit:
             spec["revision"] = dcommit
@@ -128,13 +133,13 @@ def vllm_args(
     return args, spec
 
 
-def sglang_args(pair: Pair, deployment: str) -> list[str]:
+def sglang_args(pair: Pair, deployment: str, state_dir: str | None = None) -> list[str]:
     algorithm = get_method(pair.method).sglang_algorithm
     if algorithm is None:
         raise InvalidInput(
             f"SGLang has no speculative algorithm for method {pair.method}", field="engine"
         )
-    repo, commit = _pinned(pair.target, "target")
+    repo, commit = _pinned(pair.target, "target", state_dir)
     top_k, draft_tokens = 1, pair.k + 1  # a chain: one candidate per step, plus the root
     tree = pair.config.get("tree")
     if tree:
@@ -158,7 +163,7 @@ def sglang_args(pair: Pair, deployment: str) -> list[str]:
         "--speculative-num-draft-tokens", str(draft_tokens),
     ]  # fmt: skip
     if pair.drafter is not None:
-        drepo, dcommit = _pinned(pair.drafter, "drafter")
+        drepo, dcommit = _pinned(pair.drafter, "drafter", state_dir)
         args += [
             "--speculative-draft-model-path", drepo,
             *_revision_args("--speculative-draft-model-revision", dcommit),
@@ -186,6 +191,7 @@ def export_serving(
     max_batch: Annotated[
         int | None, Field(ge=1, le=4096, description="Largest batch size to schedule.")
     ] = None,
+    state_dir: str | None = None,
 ) -> ExportResult:
     """The engine's launch arguments for the pair live on ``deployment`` now."""
     if engine not in ENGINES:
@@ -209,10 +215,10 @@ def export_serving(
             max_batch=max_batch, k_max=int(pair.k),
         )  # fmt: skip
     if engine == "vllm":
-        args, spec = vllm_args(pair, deployment, schedule)
+        args, spec = vllm_args(pair, deployment, schedule, state_dir)
         command = shlex.join(["python", "-m", "vllm.entrypoints.openai.api_server", *args])
     else:
-        args, spec = sglang_args(pair, deployment), None
+        args, spec = sglang_args(pair, deployment, state_dir), None
         if schedule is not None:
             schedule.notes.append(
                 "SGLang has no per-batch-size draft length: launch it with the pair's k, or "
