@@ -213,6 +213,17 @@ def _check(policy: dict[str, Any]) -> None:
         )
 
 
+def _subset(trust: dict[str, Any], key: str, allowed: tuple[str, ...]) -> list[str]:
+    """``[trust] key``: a non-empty list drawn from ``allowed``, in ``allowed``'s order."""
+    values = trust[key]
+    if not isinstance(values, list) or not values or any(v not in allowed for v in values):
+        raise InvalidInput(
+            f"trust.{key} must be a non-empty list of " + ", ".join(allowed),
+            field=f"trust.{key}",
+        )
+    return sorted(set(values), key=allowed.index)
+
+
 def _check_duties(policy: dict[str, Any]) -> None:
     """``[runner]``, ``[trust]`` and ``[governance]``: what a policy may and may not grant."""
     if policy["runner"]["trust_remote_code"]:
@@ -222,28 +233,8 @@ def _check_duties(policy: dict[str, Any]) -> None:
             field="runner.trust_remote_code",
         )
     trust = policy["trust"]
-    origins = trust["measurements"]
-    if (
-        not isinstance(origins, list)
-        or not origins
-        or any(o not in MEASUREMENT_ORIGINS for o in origins)
-    ):
-        raise InvalidInput(
-            "trust.measurements must be a non-empty list of " + ", ".join(MEASUREMENT_ORIGINS),
-            field="trust.measurements",
-        )
-    trust["measurements"] = sorted(set(origins), key=MEASUREMENT_ORIGINS.index)
-    engines = trust["engines"]
-    if (
-        not isinstance(engines, list)
-        or not engines
-        or any(e not in MEASURING_ENGINES for e in engines)
-    ):
-        raise InvalidInput(
-            "trust.engines must be a non-empty list of " + ", ".join(MEASURING_ENGINES),
-            field="trust.engines",
-        )
-    trust["engines"] = sorted(set(engines), key=MEASURING_ENGINES.index)
+    trust["measurements"] = _subset(trust, "measurements", MEASUREMENT_ORIGINS)
+    trust["engines"] = _subset(trust, "engines", MEASURING_ENGINES)
     for section, key in (("trust", "require_signature"), ("governance", "distinct_actors")):
         if not isinstance(policy[section][key], bool):
             raise InvalidInput(f"{section}.{key} must be true or false", field=f"{section}.{key}")
