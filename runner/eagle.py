@@ -45,6 +45,8 @@ from transformers.models.llama.modeling_llama import (
     LlamaRotaryEmbedding,
 )
 
+from registry.serving_config import default_aux_layer_ids
+
 WEIGHTS = "model.safetensors"
 SPECULATORS_VERSION = "0.3.0"
 EAGLE_TYPES = ("eagle", "eagle3")
@@ -54,7 +56,7 @@ PAIRREG_KEY = "pairreg"
 
 def default_aux_layers(num_layers: int) -> list[int]:
     """vLLM's default EAGLE-3 feature layers for a target with ``num_layers`` layers."""
-    return [2, num_layers // 2, num_layers - 3]
+    return default_aux_layer_ids(num_layers)
 
 
 @dataclass(frozen=True)

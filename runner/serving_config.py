@@ -12,48 +12,24 @@ apart by them.
 
 from __future__ import annotations
 
-import hashlib
-import json
-from pathlib import Path
 from typing import Any
 
 from registry.methods import TABLE
+from registry.serving_config import aux_layer_ids, chat_template_digest
+
+__all__ = ["chat_template_digest", "eagle3_aux_layer_ids", "serving_config"]
 
 
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def chat_template_digest(model_dir: str | None) -> str | None:
-    """``sha256:<hex>`` of the chat template a tokenizer ships (``chat_template.jinja``,
-    else ``tokenizer_config.json``'s ``chat_template``, as canonical JSON when it is a list
-    of named templates); None when it ships none."""
-    if not model_dir:
-        return None
-    root = Path(model_dir)
-    jinja = root / "chat_template.jinja"
-    if jinja.is_file():
-        text = jinja.read_text(encoding="utf-8")
-    else:
-        template = _json(root / "tokenizer_config.json").get("chat_template")
-        if not template:
-            return None
-        text = template if isinstance(template, str) else json.dumps(template, sort_keys=True)
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def eagle3_aux_layer_ids(method: str | None, drafter_dir: str | None) -> list[int] | None:
-    """The target layers a head fuses (EAGLE-3), as its config declares them (None for
-    methods whose heads fuse none, or a head that leaves them to the engine's default)."""
+def eagle3_aux_layer_ids(
+    method: str | None, drafter_dir: str | None, target_dir: str | None = None
+) -> list[int] | None:
+    """The target layers a head fuses (EAGLE-3) as it ran: those its config declares, else
+    the default for the target's layer count, which the runner used and an export then
+    writes out (None for methods whose heads fuse none)."""
     spec = TABLE.get(method) if method else None
     if spec is None or not spec.fuses_target_layers or not drafter_dir:
         return None
-    aux = _json(Path(drafter_dir) / "config.json").get("eagle_aux_hidden_state_layer_ids")
-    return [int(i) for i in aux] if isinstance(aux, list) else None
+    return aux_layer_ids(drafter_dir, target_dir)
 
 
 def serving_config(
@@ -75,5 +51,5 @@ def serving_config(
         "dtype": settings.get("dtype", "float32"),
         "acceptance": settings.get("acceptance", "strict"),
         "chat_template_digest": chat_template_digest(target_dir),
-        "eagle3_aux_layer_ids": eagle3_aux_layer_ids(method, drafter_dir),
+        "eagle3_aux_layer_ids": eagle3_aux_layer_ids(method, drafter_dir, target_dir),
     }
