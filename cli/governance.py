@@ -485,7 +485,7 @@ def _flag_rows(flags: list[Any]) -> list[list[Any]]:
 @drift_app.command("list")
 def drift_list(
     state: str | None = typer.Option(None, "--state", help="open|acknowledged|resolved"),
-    kind: str | None = typer.Option(None, "--kind", help="drift|integrity|workload"),
+    kind: str | None = typer.Option(None, "--kind", help="drift|integrity|workload|serving"),
     pair: str | None = typer.Option(None, "--pair"),
     json_out: bool = JSON,
 ) -> None:

@@ -162,6 +162,13 @@ def _show_telemetry(result: Any, json_out: bool) -> None:
     )
     if result.flagged:
         console.print(f"[red]workload drift flag {result.flag_id} open[/]")
+    serving = getattr(result, "serving", None)
+    if serving is not None and serving.differences:
+        for d in serving.differences:
+            console.print(f"[red]served {d.field}: expected {d.expected}, reported {d.reported}[/]")
+        console.print(f"[red]serving flag {serving.flag_id} open[/]")
+        if serving.remeasure_job_id:
+            console.print(f"re-measurement queued: job {serving.remeasure_job_id}")
 
 
 @telemetry_app.command("scrape")
@@ -171,16 +178,31 @@ def telemetry_scrape(
     min_drafted: int = typer.Option(1000, help="Draft tokens needed before flagging."),
     json_out: bool = JSON,
 ) -> None:
-    """Scrape vLLM's Prometheus metrics once and store the spec-decode counter deltas."""
+    """Scrape vLLM's Prometheus metrics once and store the spec-decode counter deltas; also
+    read what the engine reports about itself (/v1/models, /version, beside /metrics) so the
+    registry checks it serves the deployment's live pair."""
     import httpx
+
+    from registry.services.serving import card_fields
 
     try:
         resp = httpx.get(url, timeout=30)
         resp.raise_for_status()
     except httpx.HTTPError as exc:
         raise InvalidInput(f"cannot scrape {url}: {exc}", field="url") from exc
+    base = url.rstrip("/").removesuffix("/metrics")
+    report: dict[str, Any] = {}
+    try:  # an engine that does not say is only not checked
+        models = httpx.get(f"{base}/v1/models", timeout=30)
+        if models.status_code == 200:
+            report.update(card_fields(models.json(), deployment))
+        version = httpx.get(f"{base}/version", timeout=30)
+        if version.status_code == 200 and version.json().get("version"):
+            report["engine_version"] = str(version.json()["version"])
+    except (httpx.HTTPError, ValueError, AttributeError):
+        pass
     result = get_backend().ingest_prometheus(
-        deployment=deployment, text=resp.text, source=url, min_drafted=min_drafted
+        deployment=deployment, text=resp.text, source=url, min_drafted=min_drafted, **report
     )
     _show_telemetry(result, json_out)
 

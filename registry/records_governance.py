@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 JobState = Literal["queued", "running", "done", "failed"]
-FlagKind = Literal["drift", "integrity", "workload"]
+FlagKind = Literal["drift", "integrity", "workload", "serving"]
 FlagState = Literal["open", "acknowledged", "resolved"]
 Severity = Literal["low", "medium", "high"]
 

@@ -221,6 +221,30 @@ class RequestAudit(BaseModel):
     batch: dict[str, Any]
 
 
+class ServingDifference(BaseModel):
+    field: str = Field(description="What differs (root, served_model, method, k, …).")
+    expected: Any = Field(description="What the deployment's live pair is served as.")
+    reported: Any = Field(description="What the engine (or the measurement) reports.")
+
+
+class ServingCheck(BaseModel):
+    """What a scraped engine reports about itself against the deployment's live pair."""
+
+    reported: dict[str, Any] = Field(description="What the engine reported (None: not said).")
+    expected: dict[str, Any] = Field(
+        description="The live pair as exported, and the "
+        "engine version of its validated measurement."
+    )
+    differences: list[ServingDifference]
+    flagged: bool
+    flag_id: int | None = None
+    remeasure_job_id: int | None = Field(
+        default=None,
+        description="A re-measurement queued because the engine runs another version than "
+        "the validated measurement was taken on.",
+    )
+
+
 class TelemetryResult(BaseModel):
     deployment: str
     pair_digest: str | None
@@ -235,6 +259,11 @@ class TelemetryResult(BaseModel):
     min_drafted: int
     flagged: bool
     flag_id: int | None = None
+    serving: ServingCheck | None = Field(
+        default=None,
+        description="What the engine reported about itself (/v1/models, /version, its info "
+        "gauges) checked against the live pair; a difference opens a serving flag.",
+    )
 
 
 class SpeculatorsExport(BaseModel):
@@ -255,6 +284,12 @@ class ExportResult(BaseModel):
     args: list[str]
     command: str
     speculative_config: dict[str, Any] | None = None
+    serving_config: dict[str, Any] | None = Field(
+        default=None,
+        description="The serving configuration the deployment checks against: method, k, "
+        "dtype, acceptance, the target's chat-template digest, EAGLE-3 auxiliary layer ids "
+        "(those the validated measurement ran with), and that measurement's engine.",
+    )
     k_schedule: KSchedule | None = Field(
         default=None,
         description="With a hardware profile: the draft length per batch size the launch "

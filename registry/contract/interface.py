@@ -584,7 +584,17 @@ class Backend(Protocol):
         ...
 
     def ingest_prometheus(
-        self, *, deployment: str, text: str, source: str = ..., min_drafted: int = ...
+        self,
+        *,
+        deployment: str,
+        text: str,
+        source: str = ...,
+        min_drafted: int = ...,
+        served_model: str | None = ...,
+        served_root: str | None = ...,
+        served_parent: str | None = ...,
+        max_model_len: int | None = ...,
+        engine_version: str | None = ...,
     ) -> TelemetryResult:
         """Push a Prometheus scrape of a serving engine (vLLM spec-decode counters)."""
         ...

@@ -39,7 +39,7 @@ from registry.services.pairs import create_pair_row, head_fit_errors
 from registry.services.policies import load_policy
 
 FLAG_STATES = ("open", "acknowledged", "resolved")
-FLAG_KINDS = ("drift", "integrity", "workload")
+FLAG_KINDS = ("drift", "integrity", "workload", "serving")
 
 
 def to_record(flag: DriftFlag, pair_digest: str | None) -> DriftFlagRecord:

@@ -27,11 +27,13 @@ from registry.errors import InvalidInput, PairregError
 from registry.manifest import hash_file
 from registry.materialize import IntegrityError, locate, materialise
 from registry.methods import get_method
-from registry.models import Artifact, Pair
+from registry.models import Artifact, Deployment, Pair
 from registry.records_lifecycle import KSchedule
 from registry.records_requests import ExportResult, SpeculatorsExport
 from registry.refs import resolve_deployment, resolve_pair
+from registry.services import serving as serving_svc
 from registry.services.artifacts import to_record as artifact_record
+from registry.serving_config import declared_aux_layer_ids
 
 ENGINES = ("vllm", "sglang")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -214,6 +216,8 @@ def export_serving(
             session, pair, profile=get_profile(hardware, _home()), context=context,
             max_batch=max_batch, k_max=int(pair.k),
         )  # fmt: skip
+    dep = resolve_deployment(session, deployment)
+    served = serving_config(session, dep, pair)
     if engine == "vllm":
         args, spec = vllm_args(pair, deployment, schedule, state_dir)
         command = shlex.join(["python", "-m", "vllm.entrypoints.openai.api_server", *args])
@@ -232,8 +236,49 @@ def export_serving(
         args=args,
         command=command,
         speculative_config=spec,
+        serving_config=served,
         k_schedule=schedule,
     )
+
+
+def serving_config(session: Session, dep: Deployment, pair: Pair) -> dict[str, Any]:
+    """What the deployment checks the served pair against (registry/services/serving.py):
+    the pair's serving configuration, with an EAGLE-3 head's auxiliary layers as its
+    validated measurement ran them. vLLM reads the layers from the head's config.json and
+    reports them nowhere, so a head whose config declares other layers, or none (the engine
+    would choose), is refused here: serve it from ``pairreg export speculators``, which
+    writes the measured layers into its config.json."""
+    m = serving_svc.validated_measurement(session, dep, pair)
+    out = serving_svc.expected_config(pair)
+    out["eagle3_aux_layer_ids"] = None
+    if pair.drafter is not None and get_method(pair.method).fuses_target_layers:
+        config = _head_config(pair.drafter)
+        measured = serving_svc.measured_aux_layer_ids(pair, m, config)
+        if measured is not None and declared_aux_layer_ids(config) is None:
+            raise InvalidInput(
+                f"eagle3_aux_layer_ids: the head {pair.drafter.lineage}@v"
+                f"{pair.drafter.version} declares no target layers (the engine would choose "
+                f"its own); its validated measurement {m.id if m else '?'} ran with {measured}: "
+                f"serve the directory `pairreg export speculators {pair.pair_digest[:12]}` "
+                "writes, which declares them",
+                field="eagle3_aux_layer_ids",
+            )
+        out["eagle3_aux_layer_ids"] = measured
+    measured_cfg = ((m.extra or {}).get("serving_config") or {}) if m is not None else {}
+    out["validated_measurement_id"] = m.id if m is not None else None
+    out["measured_engine"] = measured_cfg.get("engine")
+    out["measured_engine_version"] = measured_cfg.get("engine_version")
+    return out
+
+
+def _head_config(art: Artifact) -> dict[str, Any]:
+    """The head's config.json (verified), else what registration recorded of it."""
+    try:
+        return _verified_config(art)
+    except InvalidInput:
+        spec = (art.facts or {}).get("speculators") or {}
+        ids = spec.get("aux_layer_ids")
+        return {"eagle_aux_hidden_state_layer_ids": ids} if ids else {}
 
 
 # --- speculators ------------------------------------------------------------------------
@@ -267,6 +312,8 @@ def export_speculators(
             field="pair",
         )
     config = _verified_config(p.drafter)
+    measured = serving_svc.pair_validated_measurement(session, p)
+    aux = serving_svc.measured_aux_layer_ids(p, measured, config)
     pinned = speculators.pinned_config(
         config,
         verifier_name=target.hub_repo or target.lineage,
@@ -279,6 +326,13 @@ def export_speculators(
         k=p.k,
         tree=p.config.get("tree"),
     )
+    if aux is not None:
+        # vLLM reads the layers from here and reports them nowhere: the ones measured
+        pinned["eagle_aux_hidden_state_layer_ids"] = aux
+        pinned[speculators.PAIRREG_KEY]["eagle3_aux_layer_ids"] = {
+            "ids": aux,
+            "measurement_id": measured.id if measured is not None else None,
+        }
     return SpeculatorsExport(
         pair_digest=p.pair_digest,
         drafter_ref=f"{p.drafter.lineage}@v{p.drafter.version}",

@@ -38,6 +38,7 @@ from registry.models import (
 )
 from registry.records_requests import TelemetryResult
 from registry.refs import resolve_deployment
+from registry.services import serving
 from registry.services.drift import open_flag
 from registry.services.policies import policy_in_force
 
@@ -51,22 +52,26 @@ DEFAULT_MARGIN = 0.05
 DEFAULT_MIN_DRAFTED = 1000
 
 
-def parse_vllm_metrics(text: str) -> dict[str, Any]:
+def metric_families(text: str) -> list[Any]:
+    """The Prometheus text as ``prometheus_client`` metric families."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        return list(text_string_to_metric_families(text))
+    except (ValueError, TypeError, IndexError) as exc:
+        raise InvalidInput(f"not Prometheus text format: {exc}", field="text") from exc
+
+
+def parse_vllm_metrics(text: str, families: list[Any] | None = None) -> dict[str, Any]:
     """Sum vLLM's spec-decode counters over label sets (engines, model names).
 
     Uses ``prometheus_client``'s text parser; counters appear with the ``_total`` suffix in
     the exposition and without it as family names, and both spellings are accepted.
     """
-    from prometheus_client.parser import text_string_to_metric_families
-
     out: dict[str, Any] = {v: 0.0 for v in COUNTERS.values()}
     per_pos: dict[str, float] = defaultdict(float)
     found = False
-    try:
-        families = list(text_string_to_metric_families(text))
-    except (ValueError, TypeError, IndexError) as exc:
-        raise InvalidInput(f"not Prometheus text format: {exc}", field="text") from exc
-    for family in families:
+    for family in families if families is not None else metric_families(text):
         for sample in family.samples:
             name = sample.name.removesuffix("_total")
             if name in COUNTERS:
@@ -150,12 +155,34 @@ def ingest_prometheus(
     min_drafted: Annotated[
         int, Field(ge=1, le=2**40, description="Draft tokens needed before flagging.")
     ] = DEFAULT_MIN_DRAFTED,
+    served_model: Annotated[
+        str | None, Field(max_length=500, description="The engine's /v1/models `id`.")
+    ] = None,
+    served_root: Annotated[
+        str | None,
+        Field(max_length=2000, description="Its /v1/models `root` (model path or repo)."),
+    ] = None,
+    served_parent: Annotated[
+        str | None, Field(max_length=2000, description="Its /v1/models `parent` (adapters).")
+    ] = None,
+    max_model_len: Annotated[
+        int | None, Field(ge=1, le=2**31, description="Its /v1/models `max_model_len`.")
+    ] = None,
+    engine_version: Annotated[
+        str | None, Field(max_length=100, description="The engine's /version.")
+    ] = None,
     actor: str,
 ) -> TelemetryResult:
-    """Store one scrape, update online acceptance, flag workload drift past the margin."""
+    """Store one scrape, update online acceptance, flag workload drift past the margin.
+
+    With what the engine reports about itself (``served_*`` from ``/v1/models``,
+    ``engine_version`` from ``/version``; ``pairreg telemetry scrape`` sends them), also
+    check that it serves the live pair as exported: a difference opens a ``serving`` flag
+    (registry/services/serving.py)."""
     if min_drafted < 1:
         raise InvalidInput("min_drafted must be at least 1", field="min_drafted")
-    counters = parse_vllm_metrics(text)
+    families = metric_families(text)
+    counters = parse_vllm_metrics(text, families)
     lock_writes(session)  # deltas are read-then-write against the previous sample
     dep = resolve_deployment(session, deployment)
     prev = session.scalar(
@@ -197,6 +224,20 @@ def ingest_prometheus(
         return result
     pair = session.get(Pair, pair_id)
     assert pair is not None
+    said = {
+        "served_model": served_model, "root": served_root, "parent": served_parent,
+        "max_model_len": max_model_len, "engine_version": engine_version,
+    }  # fmt: skip
+    if served_model is not None or engine_version is not None:
+        # a /v1/models card always has a root and a parent (null for a base model)
+        fields = {k for k, v in said.items() if v is not None}
+        if served_model is not None:
+            fields |= {"root", "parent"}
+        result.serving = serving.check_engine(
+            session, dep, pair,
+            serving.reported_engine(**said), reported_fields=fields, source=source[:500],
+            actor=actor,
+        )  # fmt: skip
     live_since = session.scalar(
         select(func.max(DeploymentEvent.at)).where(DeploymentEvent.deployment_id == dep.id)
     )

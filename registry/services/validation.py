@@ -12,7 +12,11 @@ Gates (each a row with what was required and what was measured):
   carry a verified OpenSSF model signature from an allowed signer.
 * ``declared_target``: the drafter's own record of its intended target names this target.
 * ``alpha.max_drop``: α may fall at most ``max_drop`` below the deployment's live pair.
-* ``flags``: no open drift or integrity flag on the pair or its artifacts.
+* ``serving_config``: the measurement ran under the serving configuration the deployment
+  serves (method, k, dtype, acceptance rule, the target's chat-template digest, an EAGLE-3
+  head's auxiliary layer ids: :mod:`registry.services.serving`).
+* ``flags``: no open drift, integrity, workload or serving flag on the pair or its
+  artifacts.
 * ``economics.speedup.b<N>``, ``economics.cost``, ``economics.draft_memory``: with an
   ``[economics]`` section, the predicted speed-up at each batch of ``min_speedup`` (the
   batch must also fit in memory with the drafter), the cost per 1M emitted tokens at those
@@ -58,6 +62,7 @@ from registry.services.duties import approved_digests, check_result_signature
 from registry.services.measurements import find_reusable, insert_measurement
 from registry.services.policies import _store as store_policy
 from registry.services.policies import load_policy
+from registry.services.serving import serving_config_gate
 from registry.services.tokens import require_duty
 
 DECLARED_TARGET_WARNING = "drafter declares intended target"
@@ -384,6 +389,7 @@ def evaluate_gates(
             )
         )
     gates += economics_gates(session, pair, p, m)
+    gates.append(serving_config_gate(pair, m))
     flags = open_flags(session, pair)
     gates.append(
         GateResult(
