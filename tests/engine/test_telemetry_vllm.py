@@ -91,6 +91,10 @@ def test_edited_speculative_config_flagged_from_vllm_counters(
     assert ok["baseline_acceptance"] == pytest.approx(baseline)
     assert ok["pair_digest"] == reg.pairs["draft_model"]
     assert not ok["flagged"], ok
+    # what the engine reports about itself is the live pair as exported: no serving flag
+    assert ok["serving"]["differences"] == [] and not ok["serving"]["flagged"], ok["serving"]
+    assert ok["serving"]["reported"]["root"] == str(reg.target_dir)
+    assert ok["serving"]["reported"]["served_model"] == DEPLOYMENT
 
     # the export's arguments with the speculative config edited behind the same served
     # name: n-gram lookup instead of the registered draft model
@@ -118,3 +122,31 @@ def test_edited_speculative_config_flagged_from_vllm_counters(
     assert bad_acc / bad_drafted < good_acc / good_drafted, FIGURES["online_monitor"]
     assert flagged["window_drafted"] == good_drafted + bad_drafted
     assert flagged["flagged"] and flagged["flag_id"], FIGURES["online_monitor"]
+    # vLLM reports nothing of its speculative config over HTTP: the swap shows only here
+    assert flagged["serving"]["differences"] == [], flagged["serving"]
+
+
+@pytest.mark.engine(DEPLOYMENT, variant=2)
+def test_target_swapped_in_behind_the_deployment_opens_a_serving_flag(
+    engines: Engines, engine_registry: EngineRegistry
+) -> None:
+    """target-v2 served under the deployment's name with the live pair's draft, without
+    being promoted: the scrape reads the engine's /v1/models and flags the target."""
+    reg = engine_registry
+    args = list(reg.export_vllm(DEPLOYMENT)["args"])
+    args[args.index("--model") + 1] = reg.tiny.target_v2
+    swapped = engines.serve(DEPLOYMENT, args=args, variant="target-v2-swapped-in")
+    out = _scrape(reg, swapped.url)
+    check = out["serving"]
+    FIGURES["serving_flag"] = {"differences": check["differences"],
+                               "reported": check["reported"]}  # fmt: skip
+    assert check["flagged"] and check["flag_id"], check
+    assert check["differences"] == [
+        {"field": "root", "expected": str(reg.target_dir), "reported": reg.tiny.target_v2}
+    ], check
+    assert check["reported"]["served_model"] == DEPLOYMENT  # the same name: only root differs
+    flags = json.loads(reg.cli("drift", "list", "--kind", "serving", "--json").stdout)
+    items = flags["items"] if isinstance(flags, dict) else flags
+    (flag,) = [f for f in items if f["id"] == check["flag_id"]]
+    assert flag["pair_digest"] == reg.pairs["draft_model"] and flag["state"] == "open"
+    assert flag["effects"]["differences"] == check["differences"]
