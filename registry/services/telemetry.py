@@ -15,6 +15,11 @@ Workload drift: once at least ``min_drafted`` draft tokens were seen, an online 
 the validated baseline by more than the deployment policy's ``[drift] margin`` opens a
 ``workload`` flag on the pair (one open flag at a time) in the governance flag table. The
 pair's weights did not change; the traffic did.
+
+With what the engine reports about itself (its ``/v1/models`` card and ``/version``, which
+``pairreg telemetry scrape`` reads beside ``/metrics``), the same scrape checks that the
+engine serves the live pair as exported (registry/services/serving.py): a difference opens
+a ``serving`` flag naming each field.
 """
 
 from __future__ import annotations

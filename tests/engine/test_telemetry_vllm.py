@@ -9,7 +9,9 @@ Two misconfigurations that do not show on the tiny pair, tried here: vLLM #50170
 EAGLE-3 head served with auxiliary layers 0, 1, 2 instead of 1, 2, 3: vLLM logs and uses
 them, and the tiny head accepts exactly as many drafts, 304 of 376 on these prompts, its
 argmax hardly depending on the fused features), and target-v2 swapped in behind the draft
-(greedy on code: 329 of 336 either way; the tiny drift shows when sampling)."""
+(greedy on code: 329 of 336 either way; the tiny drift shows when sampling). The swapped
+target is caught from what the engine reports about itself instead: its /v1/models ``root``
+names target-v2, and the scrape opens a ``serving`` flag (the last test)."""
 
 from __future__ import annotations
 
