@@ -33,7 +33,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from registry.audit import append_event
-from registry.errors import InvalidInput
+from registry.errors import InvalidInput, PairregError
 from registry.methods import get_method
 from registry.models import (
     Artifact,
@@ -311,10 +311,14 @@ def _remeasure(
     from registry.services.policies import load_policy
     from registry.services.validation import measure_job_args, measure_key, policy_settings
 
-    pol = load_policy(session, dep.policy_name, actor=actor)
+    try:  # a pair the policy cannot measure now is flagged, not a failed scrape
+        pol = load_policy(session, dep.policy_name, actor=actor)
+        settings = policy_settings(session, pair, pol)
+    except PairregError:
+        return None
     args = measure_job_args(
-        pair, pol, policy_settings(session, pair, pol), runner_version=None,
-        suite_digest=None, validate={"policy": pol.name, "deployment": dep.name},
+        pair, pol, settings, runner_version=None, suite_digest=None,
+        validate={"policy": pol.name, "deployment": dep.name},
     )  # fmt: skip
     key = {**measure_key(pair, args), "purpose": "engine_version", "engine_version": version}
     job, created = jobs_service.enqueue(

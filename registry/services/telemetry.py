@@ -229,7 +229,7 @@ def ingest_prometheus(
         return result
     pair = session.get(Pair, pair_id)
     assert pair is not None
-    said = {
+    said: dict[str, Any] = {
         "served_model": served_model, "root": served_root, "parent": served_parent,
         "max_model_len": max_model_len, "engine_version": engine_version,
     }  # fmt: skip

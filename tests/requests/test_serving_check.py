@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from api.app import create_app
 from registry.db import session_scope
 from registry.errors import InvalidInput
 from registry.models import DriftFlag, Job, Measurement, Pair, Validation
@@ -22,6 +24,7 @@ from registry.services import exports, serving
 from registry.services import pairs as pair_svc
 from registry.services import telemetry as svc
 from registry.services.policies import load_policy
+from registry.settings import Settings
 from tests.core.test_speculators import REDHAT_EAGLE3, _head_dir, _target
 from tests.requests.conftest import ACTOR, Served, promote_at
 from tests.requests.test_telemetry_export import metrics
@@ -250,3 +253,25 @@ def test_eagle3_exports_carry_the_measured_layers(db_url: str, tmp_path: Path) -
     assert exc2.value.field == "eagle3_aux_layer_ids"
     assert "declares target layers [0, 1, 2]" in str(exc2.value)
     assert "ran with [2, 16, 29]" in str(exc2.value)
+
+
+def test_engine_report_over_http(home: Settings, served: Served) -> None:
+    """The engine's report travels as query parameters beside the text body; a bad one is
+    a 422 naming it."""
+    token = json.loads(home.credentials_path.read_text())["token"]
+    client = TestClient(create_app(home))
+    auth = {"Authorization": f"Bearer {token}", "Content-Type": "text/plain"}
+    params = {
+        "deployment": served.deployment, "served_model": served.deployment,
+        "served_root": "/elsewhere/target-v2", "engine_version": "0.32.0",
+    }  # fmt: skip
+    r = client.post("/v1/telemetry/prometheus", params=params, headers=auth,
+                    content=metrics(1, 4, 2))  # fmt: skip
+    assert r.status_code == 200, r.text
+    check = r.json()["serving"]
+    assert check["flagged"] and check["differences"] == [
+        {"field": "root", "expected": str(served.target_dir), "reported": "/elsewhere/target-v2"}
+    ]
+    bad = client.post("/v1/telemetry/prometheus", headers=auth, content=metrics(2, 8, 4),
+                      params={**params, "max_model_len": "0"})  # fmt: skip
+    assert bad.status_code == 422 and bad.json()["field"] == "max_model_len", bad.text
