@@ -54,6 +54,10 @@ def test_worker_measures_through_vllm_like_the_runner(
     job = backend.get_job(id=queued.job.id)
     assert job.state == "done", job.error
     assert job.result is not None and job.result["passed"] is True
+    # the serving configuration it ran under is the one the deployment serves
+    val = backend.get_validation(id=int(job.result["validation_id"]))
+    (gate,) = [g for g in val.gates if g.name == "serving_config"]
+    assert gate.passed and gate.measured == "same", gate
     m = backend.get_measurement(id=int(job.result["measurement_id"]))
 
     # what it ran under
