@@ -160,6 +160,12 @@ def test_serving_config_reads_template_and_aux_layers(tmp_path: Path) -> None:
     plain = serving_config({"method": "draft_model", "k": 4}, str(head), str(head),
                            engine="runner", engine_version="1")  # fmt: skip
     assert plain["chat_template_digest"] is None and plain["eagle3_aux_layer_ids"] is None
+    # a head that declares no layers ran with the target's default (2, L/2, L-3): recorded
+    (head / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (target / "config.json").write_text(json.dumps({"num_hidden_layers": 30}))
+    default = serving_config(settings, str(target), str(head), engine="runner",
+                             engine_version="1")  # fmt: skip
+    assert default["eagle3_aux_layer_ids"] == [2, 15, 27]
 
 
 def test_an_engine_that_does_not_answer_is_retried_not_failed() -> None:
