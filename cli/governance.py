@@ -24,8 +24,8 @@ from cli.render import console, err_console, kv, print_json, short, table
 from registry.contract.interface import Backend
 from registry.errors import InvalidInput
 from registry.jobloop import record_validation_run
-from registry.measurement_signing import verify_record
-from registry.records_governance import ValidateResult, ValidationRecord
+from registry.records.governance import ValidateResult, ValidationRecord
+from registry.trust.measurement_signing import verify_record
 
 JSON = typer.Option(False, "--json", help="Machine-readable output.")
 
@@ -52,7 +52,7 @@ def _local_identity(
     the CLI runs the job itself, so it is the worker whose runner version decides reuse."""
     if backend.mode != "embedded":
         return None, None
-    from registry.policy import applicable_policy_name, parse_policy
+    from registry.governance.policy import applicable_policy_name, parse_policy
     from runner import RUNNER_VERSION, suite_digest
     from runner.executor import suite_prompts
 

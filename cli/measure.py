@@ -53,7 +53,7 @@ def measure(
     json_out: bool = JSON,
 ) -> None:
     """Measure a pair's acceptance on a suite, store it, and log an MLflow run."""
-    from registry.policy import measurement_settings
+    from registry.governance.policy import measurement_settings
 
     backend = get_backend()
     rec = backend.get_pair(ref=pair)

@@ -123,9 +123,9 @@ def export_speculators(
 ) -> None:
     """The drafter in the speculators format, its verifier pinned to the target's Hub commit
     and manifest digest (added fields vLLM ignores and pairreg reads back)."""
+    from registry.artifacts.speculators import write_export
     from registry.jobloop import Materialiser
     from registry.settings import get_settings
-    from registry.speculators import write_export
 
     backend = get_backend()
     export = backend.export_speculators(pair=pair)
@@ -515,7 +515,7 @@ def audit_verify_bundle(
 ) -> None:
     """Verify a bundle offline (no database, no server) against a key you pinned; exit 1
     with the reason if it fails, or saying UNPINNED when no key was pinned."""
-    from registry.bundle_verify import verify_bundle
+    from registry.trust.bundle_verify import verify_bundle
 
     trusted = read_trusted(public_key, trust_file)
     report = verify_bundle(_load_bundle(file), weights=weights, trusted_public_key=trusted)
@@ -546,8 +546,8 @@ def audit_fetch_weights(
     """Download the exact Hub commits of the bundle's artifacts and re-hash them."""
     from huggingface_hub import snapshot_download
 
-    from registry import hub
-    from registry.manifest import build_manifest, compare_manifests, hub_snapshot_root
+    from registry.artifacts import hub
+    from registry.artifacts.manifest import build_manifest, compare_manifests, hub_snapshot_root
 
     bundle = _load_bundle(file)
     out = []

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit, urlunsplit
 
-from registry import roles
+from registry.artifacts.hub import HubAccess
+from registry.artifacts.source_paths import PathLimits, path_limits
 from registry.contract.spec import CallContext, Operation
 from registry.errors import Conflict, Forbidden, InvalidInput, NotFound, SchemaOutOfDate
-from registry.hub import HubAccess
-from registry.records_requests import decode_tags
+from registry.governance import roles
+from registry.records.requests import decode_tags
 from registry.services import (
     artifacts,
     audit_log,
@@ -43,7 +44,6 @@ from registry.services import (
     watch,
     webhooks,
 )
-from registry.source_paths import PathLimits, path_limits
 
 NF = (InvalidInput, NotFound)
 NFC = (InvalidInput, NotFound, Conflict)

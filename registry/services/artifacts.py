@@ -15,20 +15,24 @@ from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry import hub, model_facts, model_signature, tokenizer_compat
-from registry.audit import append_event, lock_writes
-from registry.economics import facts as economic_facts
-from registry.errors import Conflict, InvalidInput, NotFound, PairregError
-from registry.manifest import (
+from registry.artifacts import hub, model_facts, tokenizer_compat
+from registry.artifacts.manifest import (
     Manifest,
     ManifestError,
     build_manifest,
     compare_manifests,
     hub_snapshot_root,
 )
-from registry.models import Artifact, Lineage
+from registry.artifacts.source_paths import PathLimits, local_directory, local_file, resolve_literal
+from registry.artifacts.tokenizer_digest import (
+    TokenizerDigestError,
+    tokenizer_files_digest,
+    vocab_digest,
+)
+from registry.economics import facts as economic_facts
+from registry.errors import Conflict, InvalidInput, NotFound, PairregError
 from registry.params import Cursor, Limit
-from registry.records import (
+from registry.records.core import (
     PROVENANCE_FIELDS,
     ArtifactAddResult,
     ArtifactRecord,
@@ -42,8 +46,9 @@ from registry.records import (
 from registry.refs import resolve_artifact
 from registry.services.base import page_query
 from registry.settings import get_settings
-from registry.source_paths import PathLimits, local_directory, local_file, resolve_literal
-from registry.tokenizer_digest import TokenizerDigestError, tokenizer_files_digest, vocab_digest
+from registry.tables import Artifact, Lineage
+from registry.trust import model_signature
+from registry.trust.audit import append_event, lock_writes
 
 ROLES = ("target", "draft", "heads")
 

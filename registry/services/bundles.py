@@ -1,6 +1,6 @@
 """Self-contained audit bundles: everything about one request, verifiable with no database.
 
-A bundle (format ``pairreg.audit-bundle/1``, checked by :mod:`registry.bundle_verify`) holds:
+A bundle (format ``pairreg.audit-bundle/1``, checked by :mod:`registry.trust.bundle_verify`) holds:
 
 * ``tag`` with its digest, and ``inclusion``: the RFC 6962 audit path from the tag's digest to
   the Merkle root its ingest batch recorded (``log2(batch size)`` hashes, not the batch);
@@ -30,13 +30,13 @@ from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry import audit, audit_tree
-from registry.bundle_verify import BUNDLE_FORMAT, merkle_path, merkle_root
 from registry.canonical import canonical_json
 from registry.errors import InvalidInput
-from registry.models import AuditEvent, RequestId
 from registry.services.requests import audit_request, stored_key
 from registry.settings import get_settings
+from registry.tables import AuditEvent, RequestId
+from registry.trust import audit, audit_tree
+from registry.trust.bundle_verify import BUNDLE_FORMAT, merkle_path, merkle_root
 
 
 def _seq(session: Session, action: str, entity_type: str, entity_id: str | int) -> int | None:

@@ -19,10 +19,10 @@ from pydantic import Field
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from registry import lifecycle
-from registry.audit import append_event, lock_writes
 from registry.errors import Conflict, Forbidden, InvalidInput, NotFound
-from registry.models import Deployment, DeploymentEvent, Measurement, Pair, Validation, utcnow
+from registry.governance import lifecycle
+from registry.governance.policy import section, settings_digest
+from registry.governance.timeline import live_event
 from registry.params import (
     Cursor,
     DeploymentName,
@@ -32,9 +32,8 @@ from registry.params import (
     Reason,
     Timestamp,
 )
-from registry.policy import section, settings_digest
-from registry.records import Page
-from registry.records_governance import (
+from registry.records.core import Page
+from registry.records.governance import (
     DeploymentEventRecord,
     DeploymentRecord,
     GateResult,
@@ -44,7 +43,8 @@ from registry.refs import deployment_named, resolve_deployment, resolve_pair
 from registry.services.base import page_query
 from registry.services.policies import load_policy
 from registry.services.validation import baseline_measurement, evaluate_gates, policy_settings
-from registry.timeline import live_event
+from registry.tables import Deployment, DeploymentEvent, Measurement, Pair, Validation, utcnow
+from registry.trust.audit import append_event, lock_writes
 
 
 def _check_name(name: str) -> str:
@@ -118,7 +118,7 @@ def to_record(session: Session, dep: Deployment, *, with_history: bool = False) 
 def pair_live_at(session: Session, deployment: str, at: datetime) -> Pair | None:
     """The pair deployment ``deployment`` served at instant ``at`` (None before the first
     promotion, or for an unknown deployment). A move takes effect at its event time
-    (``registry.timeline``: the rule ingest and request audits use too)."""
+    (``registry.governance.timeline``: the rule ingest and request audits use too)."""
     if at.tzinfo is None:
         raise InvalidInput("time must carry a timezone", field="at")
     dep = deployment_named(session, deployment)

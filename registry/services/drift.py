@@ -4,7 +4,7 @@ When a new version lands in a lineage that is the target of a validated or promo
 each such pair gets a *candidate*: same drafter and config, the new target. Its measurement
 is queued with the baseline's suite and settings; when the worker hands the numbers back,
 :func:`compare_for_drift` tests every category on the same prompts
-(:mod:`registry.drift_stats`) and opens a flag when a drop is both larger than the policy's
+(:mod:`registry.stats.drift`) and opens a flag when a drop is both larger than the policy's
 margin and significant after Holm correction. An open flag blocks promotion (the ``flags``
 gate) until it is acknowledged with a reason, or resolved (a retrained drafter for the same
 target passed validation, or a person resolved it). A changed file found by
@@ -23,20 +23,20 @@ from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry import lifecycle
-from registry.audit import append_event, lock_writes
-from registry.drift_stats import drift_test, severity
 from registry.errors import Conflict, InvalidInput, NotFound, PairregError
-from registry.models import Artifact, DriftFlag, Measurement, Pair, Validation, utcnow
+from registry.governance import lifecycle
 from registry.params import Cursor, Id, Limit, PolicyName, Reason
-from registry.records import Page, VerifyReport, from_row
-from registry.records_governance import DriftCheckResult, DriftFlagRecord
+from registry.records.core import Page, VerifyReport, from_row
+from registry.records.governance import DriftCheckResult, DriftFlagRecord
 from registry.refs import resolve_pair
 from registry.services import artifacts as artifacts_service
 from registry.services import jobs as jobs_service
 from registry.services.base import page_query
 from registry.services.pairs import create_pair_row, head_fit_errors
 from registry.services.policies import load_policy
+from registry.stats.drift import drift_test, severity
+from registry.tables import Artifact, DriftFlag, Measurement, Pair, Validation, utcnow
+from registry.trust.audit import append_event, lock_writes
 
 FLAG_STATES = ("open", "acknowledged", "resolved")
 FLAG_KINDS = ("drift", "integrity", "workload")

@@ -15,14 +15,13 @@ from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from registry.artifacts.manifest import hash_file
 from registry.economics import facts as ef
 from registry.economics import hardware as hw_mod
 from registry.economics import model as em
 from registry.economics import schedule as ks
 from registry.errors import InvalidInput
-from registry.manifest import hash_file
-from registry.models import Artifact, Measurement, Pair
-from registry.records_economics import (
+from registry.records.economics import (
     EconomicsPoint,
     EconomicsReport,
     HardwareList,
@@ -30,9 +29,10 @@ from registry.records_economics import (
     MeasuredEconomics,
     PartFacts,
 )
-from registry.records_lifecycle import AcceptanceLengthRecord, KRange, KSchedule
+from registry.records.lifecycle import AcceptanceLengthRecord, KRange, KSchedule
 from registry.refs import resolve_pair
 from registry.settings import get_settings
+from registry.tables import Artifact, Measurement, Pair
 
 DEFAULT_BATCHES = (1, 8, 32, 128)
 DEFAULT_CONTEXT = 4096
@@ -60,7 +60,7 @@ def artifact_facts(art: Artifact) -> ef.EconomicFacts:
     data = (art.facts or {}).get("economics")
     if isinstance(data, dict):
         return ef.EconomicFacts.from_dict(data)
-    from registry.materialize import locate
+    from registry.artifacts.materialize import locate
     from registry.services.artifacts import to_record
 
     ref = f"{art.lineage}@v{art.version}"

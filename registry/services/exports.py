@@ -22,16 +22,16 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 from sqlalchemy.orm import Session
 
-from registry import speculators
+from registry.artifacts import speculators
+from registry.artifacts.manifest import hash_file
+from registry.artifacts.materialize import IntegrityError, locate, materialise
 from registry.errors import InvalidInput, PairregError
-from registry.manifest import hash_file
-from registry.materialize import IntegrityError, locate, materialise
 from registry.methods import get_method
-from registry.models import Artifact, Pair
-from registry.records_lifecycle import KSchedule
-from registry.records_requests import ExportResult, SpeculatorsExport
+from registry.records.lifecycle import KSchedule
+from registry.records.requests import ExportResult, SpeculatorsExport
 from registry.refs import resolve_deployment, resolve_pair
 from registry.services.artifacts import to_record as artifact_record
+from registry.tables import Artifact, Pair
 
 ENGINES = ("vllm", "sglang")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -251,7 +251,7 @@ def export_speculators(
     ``pairreg`` key that vLLM ignores, the target's 40-hex Hub commit, manifest digest and
     tokenizer digest, the pair digest and the pair's speculation config; the proposal
     methods are set from that config. The drafter's config.json is read from its local
-    copy and checked against its manifest first. ``registry.speculators.write_export``
+    copy and checked against its manifest first. ``registry.artifacts.speculators.write_export``
     writes the result (config.json plus the drafter's other files) to a directory.
     """
     p = resolve_pair(session, pair)

@@ -12,12 +12,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from registry.audit import append_event
-from registry.models import Job, utcnow
 from registry.params import Id, WorkerName
-from registry.records_governance import JobRecord
-from registry.services.jobs import JOB_KINDS, check_lease, locked_job, to_record
+from registry.records.governance import JobRecord
+from registry.services.jobs import JOB_KINDS, check_lease, finish_job, locked_job, to_record
 from registry.services.validation import complete_measure
+from registry.tables import Job
 
 Completion = Callable[[Session, Job, dict[str, Any], str], dict[str, Any]]
 
@@ -35,20 +34,7 @@ def complete_job(
         return to_record(job)
     check_lease(job, worker)
     outcome = COMPLETIONS[job.kind](session, job, result, actor)
-    now = utcnow()
-    job.state = "done"
-    job.result = outcome
-    job.error = None
-    job.lease_expires_at = None
-    job.finished_at = now
-    job.updated_at = now
-    session.flush()
-    append_event(
-        session,
-        actor=actor,
-        action="job.done",
-        entity_type="job",
-        entity_id=job.id,
-        payload={"worker": worker, "result": outcome},
+    finish_job(
+        session, job, actor=actor, result=outcome, payload={"worker": worker, "result": outcome}
     )
     return to_record(job)

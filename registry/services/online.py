@@ -3,7 +3,7 @@
 The rule, in one place: every request tag that carries spec-decode counters is one
 observation ``x = accepted / drafted`` for the (deployment, pair) that served it. Each such
 pair has a monitor (models/online.py) running the anytime-valid betting test of
-registry/online_stats.py for ``H0: mean per-request rate >= validated - tolerance``:
+registry/stats/online.py for ``H0: mean per-request rate >= validated - tolerance``:
 
 * ``watching`` → ``alarmed`` when the drop test's e-value reaches ``1 / level``: a
   ``workload`` flag opens on the pair with the evidence (or an open one is linked), and a
@@ -40,20 +40,10 @@ from pydantic import Field
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from registry import online_stats
 from registry.errors import InvalidInput
-from registry.models import (
-    Deployment,
-    DriftFlag,
-    OnlineBucket,
-    OnlineMonitor,
-    Pair,
-    TelemetrySample,
-    utcnow,
-)
+from registry.governance.policy import DEFAULTS
 from registry.params import DeploymentName, Timestamp
-from registry.policy import DEFAULTS
-from registry.records_online import (
+from registry.records.online import (
     OnlineAlpha,
     OnlineBucketRecord,
     OnlineMonitorRecord,
@@ -63,6 +53,16 @@ from registry.refs import resolve_deployment
 from registry.services import drift
 from registry.services.policies import policy_in_force
 from registry.services.telemetry import baseline_acceptance
+from registry.stats import online as online_stats
+from registry.tables import (
+    Deployment,
+    DriftFlag,
+    OnlineBucket,
+    OnlineMonitor,
+    Pair,
+    TelemetrySample,
+    utcnow,
+)
 
 BUCKET_SECONDS = 300
 MAX_BUCKET_ROWS = 20_000

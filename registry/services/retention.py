@@ -10,7 +10,7 @@ that long), configurable upwards. Nothing deletes a record younger than that:
 * audit events are never deleted at all (append-only; their retention is a floor).
 
 :func:`archive_requests` writes whole ingest batches served before a date to a
-self-describing archive (registry.request_archive), reads it back and verifies it, and only
+self-describing archive (registry.requests.archive), reads it back and verifies it, and only
 then — with ``purge`` and a date past retention — deletes those rows and drops partitions
 that no longer hold anything, recording a ``requests.archived`` audit event either way.
 """
@@ -29,12 +29,13 @@ from pydantic import Field
 from sqlalchemy import delete, func, select, text
 from sqlalchemy.orm import Session
 
-from registry import audit, audit_tree, request_archive, tag_partitions
-from registry.audit import append_event
-from registry.bundle_verify import format_time, merkle_root
+from registry.artifacts.manifest import hash_file
 from registry.canonical import canonical_json
 from registry.errors import Conflict, InvalidInput, NotFound
-from registry.models import (
+from registry.records.trust import ArchiveResult, RetentionKind, RetentionRecord
+from registry.requests import archive as request_archive
+from registry.requests import partitions as tag_partitions
+from registry.tables import (
     AuditEvent,
     Deployment,
     Pair,
@@ -44,7 +45,9 @@ from registry.models import (
     RetentionPolicy,
     utcnow,
 )
-from registry.records_trust import ArchiveResult, RetentionKind, RetentionRecord
+from registry.trust import audit, audit_tree
+from registry.trust.audit import append_event
+from registry.trust.bundle_verify import format_time, merkle_root
 
 MIN_MONTHS = 6
 KINDS = ("request_tags", "audit_events")
@@ -270,7 +273,7 @@ def archive_requests(
     files = {}
     for name in (request_archive.REQUESTS, request_archive.BATCHES, request_archive.CHECKPOINT):
         path = out / name
-        files[name] = {"sha256": request_archive.file_sha256(path), "bytes": path.stat().st_size}
+        files[name] = {"sha256": hash_file(path).sha256, "bytes": path.stat().st_size}
     manifest = {
         "format": request_archive.FORMAT,
         "created_at": format_time(utcnow()),

@@ -1,6 +1,6 @@
 """The audit log as a transparency log: inclusion and consistency proofs, C2SP checkpoints.
 
-Proofs are computed from the stored subtrees (registry.audit_tree), so they cost the same
+Proofs are computed from the stored subtrees (registry.trust.audit_tree), so they cost the same
 at a million events as at a hundred. A checkpoint is signed only after the log has checked
 that it extends the newest checkpoint it signed before (a consistency proof from the stored
 tree) and that every leaf added since matches its event: a log must never sign two
@@ -23,16 +23,16 @@ from pydantic import Field
 from sqlalchemy import event, select
 from sqlalchemy.orm import Session
 
-from registry import audit, audit_tree, merkle, signed_note
 from registry.errors import Conflict, InvalidInput, NotFound
-from registry.models import AuditEvent, AuditLeaf, LogCheckpoint, utcnow
-from registry.records_trust import (
+from registry.records.trust import (
     ConsistencyProofRecord,
     InclusionProofRecord,
     LogCheckpointRecord,
     TreeVerifyResult,
 )
 from registry.settings import get_settings
+from registry.tables import AuditEvent, AuditLeaf, LogCheckpoint, utcnow
+from registry.trust import audit, audit_tree, merkle, signed_note
 
 logger = logging.getLogger("pairreg.transparency")
 

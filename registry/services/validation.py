@@ -31,14 +31,9 @@ from pydantic import Field
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from registry import lifecycle, roles
-from registry.audit import append_event
 from registry.errors import InvalidInput, NotFound, PairregError
-from registry.measurement_signing import statement
-from registry.model_signature import signer_refusal
-from registry.models import Deployment, DriftFlag, Job, Measurement, Pair, Policy, Validation
-from registry.params import Cursor, Id, Limit
-from registry.policy import (
+from registry.governance import lifecycle, roles
+from registry.governance.policy import (
     MEASURING_ENGINES,
     applicable_policy_name,
     category_floor,
@@ -49,8 +44,9 @@ from registry.policy import (
     section,
     settings_digest,
 )
-from registry.records import Page, from_row
-from registry.records_governance import GateResult, ValidateResult, ValidationRecord
+from registry.params import Cursor, Id, Limit
+from registry.records.core import Page, from_row
+from registry.records.governance import GateResult, ValidateResult, ValidationRecord
 from registry.refs import resolve_deployment, resolve_pair
 from registry.services import jobs as jobs_service
 from registry.services.base import page_query
@@ -59,6 +55,10 @@ from registry.services.measurements import find_reusable, insert_measurement
 from registry.services.policies import _store as store_policy
 from registry.services.policies import load_policy
 from registry.services.tokens import require_duty
+from registry.tables import Deployment, DriftFlag, Job, Measurement, Pair, Policy, Validation
+from registry.trust.audit import append_event
+from registry.trust.measurement_signing import statement
+from registry.trust.model_signature import signer_refusal
 
 DECLARED_TARGET_WARNING = "drafter declares intended target"
 POLICY_TEXT_RULE = "policy text is stored only by policy authors"

@@ -16,8 +16,8 @@ from registry.db import session_scope
 from registry.economics import model as em
 from registry.economics import schedule as ks
 from registry.errors import InvalidInput
-from registry.models import Artifact
 from registry.services import artifacts, economics, exports, measurements, pairs
+from registry.tables import Artifact
 from tests.economics.helpers import LLAMA3_8B
 from tests.fixtures import write_fake_model
 from tests.requests.conftest import promote_at
