@@ -123,20 +123,14 @@ def export_speculators(
 ) -> None:
     """The drafter in the speculators format, its verifier pinned to the target's Hub commit
     and manifest digest (added fields vLLM ignores and pairreg reads back)."""
-    from registry.artifacts.speculators import write_export
-    from registry.jobloop import Materialiser
+    from registry.flows import write_speculators_export
     from registry.settings import get_settings
 
-    backend = get_backend()
-    export = backend.export_speculators(pair=pair)
-    drafter = backend.get_artifact(ref=export.drafter_ref)
-    source = Materialiser(backend, get_settings().cache_dir / "verified").artifact(drafter)
-    written = write_export(
-        export.config,
-        export.files,
-        out_dir,
-        source,
-        [e.model_dump() for e in drafter.manifest or []],
+    export, written = write_speculators_export(
+        get_backend(),
+        pair=pair,
+        out_dir=out_dir,
+        state_dir=get_settings().cache_dir / "verified",
     )
     if json_out:
         print_json({"export": export.model_dump(mode="json"), "written": written})

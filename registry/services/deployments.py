@@ -326,7 +326,7 @@ def check_distinct_actors(
 
 
 def promotion_gates(
-    session: Session, pair: Pair, dep: Deployment
+    session: Session, pair: Pair, dep: Deployment, home_dir: str | None = None
 ) -> tuple[list[GateResult], Validation | None, list[str]]:
     """Re-check a pair for a deployment as things stand now: (gates, validation, refusals)."""
     pol = load_policy(session, dep.policy_name)
@@ -366,7 +366,12 @@ def promotion_gates(
             [f"policy {pol.name} changed its suite since validation {val.id}: validate again"],
         )
     gates = evaluate_gates(
-        session, pair, pol, m, baseline=baseline_measurement(session, dep, pair, pol)
+        session,
+        pair,
+        pol,
+        m,
+        baseline=baseline_measurement(session, dep, pair, pol),
+        home_dir=home_dir,
     )
     refusals = [
         f"gate {g.name}: required {g.required}, measured {g.measured}"
@@ -386,8 +391,10 @@ def promote(
     create: Annotated[bool, Field(description="Create the deployment if missing.")] = False,
     expect_version: ExpectVersion = None,
     actor: str,
+    home_dir: str | None = None,
 ) -> PromoteResult:
-    """Make ``ref`` the live pair of ``deployment`` if every gate passes right now."""
+    """Make ``ref`` the live pair of ``deployment`` if every gate passes right now
+    (``home_dir``, from the operation's context, holds the economics gates' profiles)."""
     reason = _check_reason(reason)
     lock_writes(session)
     pair = resolve_pair(session, ref)
@@ -403,7 +410,7 @@ def promote(
     if dep.current_pair_id == pair.id:
         raise Conflict(f"pair {pair.pair_digest[:12]} is already live on {dep.name}", field="ref")
     four_eyes = check_distinct_actors(session, pair, dep, actor)
-    gates, val, refusals = promotion_gates(session, pair, dep)
+    gates, val, refusals = promotion_gates(session, pair, dep, home_dir)
     if refusals:
         raise Conflict(
             f"promotion of {pair.pair_digest[:12]} to {dep.name} refused: " + "; ".join(refusals),

@@ -423,7 +423,9 @@ def get_flag(session: Session, *, id: Id) -> DriftFlagRecord:
     return _record(session, _flag(session, id))
 
 
-def _after_close(session: Session, flag: DriftFlag, actor: str) -> None:
+def _after_close(
+    session: Session, flag: DriftFlag, actor: str, home_dir: str | None = None
+) -> None:
     """A candidate whose last open flag closed leaves ``drifted``."""
     if flag.pair_id is None:
         return
@@ -447,12 +449,16 @@ def _after_close(session: Session, flag: DriftFlag, actor: str) -> None:
     if val is not None and val.measurement_id is not None:
         m = session.get(Measurement, val.measurement_id)
         pol = load_policy(session, val.policy_name, actor=actor)
-        if m is not None and all(g.passed for g in evaluate_gates(session, pair, pol, m)):
+        if m is not None and all(
+            g.passed for g in evaluate_gates(session, pair, pol, m, home_dir=home_dir)
+        ):
             event = "flags_cleared_valid"
     lifecycle.apply(session, pair, event, actor=actor, reason=f"flag {flag.id} {flag.state}")
 
 
-def _close(session: Session, id: int, state: str, reason: str, actor: str) -> DriftFlagRecord:
+def _close(
+    session: Session, id: int, state: str, reason: str, actor: str, home_dir: str | None
+) -> DriftFlagRecord:
     reason = (reason or "").strip()
     if not reason:
         raise InvalidInput("a reason is required", field="reason")
@@ -481,18 +487,24 @@ def _close(session: Session, id: int, state: str, reason: str, actor: str) -> Dr
             "artifact_id": flag.artifact_id,
         },
     )
-    _after_close(session, flag, actor)
+    _after_close(session, flag, actor, home_dir)
     return _record(session, flag)
 
 
-def ack_flag(session: Session, *, id: Id, reason: Reason, actor: str) -> DriftFlagRecord:
-    """Accept an open flag with a reason: it no longer blocks promotion."""
-    return _close(session, id, "acknowledged", reason, actor)
+def ack_flag(
+    session: Session, *, id: Id, reason: Reason, actor: str, home_dir: str | None = None
+) -> DriftFlagRecord:
+    """Accept an open flag with a reason: it no longer blocks promotion. (``home_dir``,
+    from the operation's context: the profiles a pair's gates are re-checked on.)"""
+    return _close(session, id, "acknowledged", reason, actor, home_dir)
 
 
-def resolve_flag(session: Session, *, id: Id, reason: Reason, actor: str) -> DriftFlagRecord:
-    """Close a flag because its cause is fixed (e.g. a retrained drafter was validated)."""
-    return _close(session, id, "resolved", reason, actor)
+def resolve_flag(
+    session: Session, *, id: Id, reason: Reason, actor: str, home_dir: str | None = None
+) -> DriftFlagRecord:
+    """Close a flag because its cause is fixed (e.g. a retrained drafter was validated).
+    (``home_dir`` as for :func:`ack_flag`.)"""
+    return _close(session, id, "resolved", reason, actor, home_dir)
 
 
 def resolve_by_retrained(session: Session, pair: Pair, validation_id: int, actor: str) -> None:

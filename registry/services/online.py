@@ -162,10 +162,14 @@ def prepare(rows: Sequence[Observation]) -> list[Group]:
     return out
 
 
-def observe(session: Session, groups: Sequence[Group], *, actor: str) -> None:
-    """Feed freshly stored tags (their :func:`prepare` groups) to their monitors."""
+def observe(
+    session: Session, groups: Sequence[Group], *, actor: str, home_dir: str | None = None
+) -> None:
+    """Feed freshly stored tags (their :func:`prepare` groups) to their monitors
+    (``home_dir``: the serving process's home, where a recovered pair's gates find their
+    hardware profiles)."""
     for group in groups:
-        _observe_group(session, group, actor)
+        _observe_group(session, group, actor, home_dir)
 
 
 _request_id = attrgetter("request_id")
@@ -190,7 +194,7 @@ def _lock_monitor(session: Session, deployment_id: int, pair_id: int) -> None:
 _PG_MONITOR_LOCKS = 72_019_583
 
 
-def _observe_group(session: Session, group: Group, actor: str) -> None:
+def _observe_group(session: Session, group: Group, actor: str, home_dir: str | None) -> None:
     dep_id, pair_id, rows, starts, stamps = (
         group.deployment_id,
         group.pair_id,
@@ -269,7 +273,7 @@ def _observe_group(session: Session, group: Group, actor: str) -> None:
                 if step(recovery, 1.0 - x, 1.0 - reference) >= line:
                     sync()
                     mon.recovery_test = recovery.as_dict()
-                    _recover(session, mon, _pair(session, pair_id), r.served_at, actor)
+                    _recover(session, mon, _pair(session, pair_id), r.served_at, actor, home_dir)
                     drop, state = online_stats.BettingState(), mon.state
         sums[start] = [b_req, b_tested, b_drafted, b_accepted, b_rate, drop.log_wealth, state]
     for start, values in sums.items():
@@ -370,7 +374,14 @@ def _alarm(
     mon.flag_id = flag.id
 
 
-def _recover(session: Session, mon: OnlineMonitor, pair: Pair, at: datetime, actor: str) -> None:
+def _recover(
+    session: Session,
+    mon: OnlineMonitor,
+    pair: Pair,
+    at: datetime,
+    actor: str,
+    home_dir: str | None,
+) -> None:
     recovery = online_stats.BettingState.from_dict(mon.recovery_test)
     evidence = _evidence(mon, recovery)
     flag = session.get(DriftFlag, mon.flag_id) if mon.flag_id else None
@@ -385,6 +396,7 @@ def _recover(session: Session, mon: OnlineMonitor, pair: Pair, at: datetime, act
                 f"{evidence['e_value']:.3g} >= 1/{mon.level:g}) at {at.isoformat()}"
             ),
             actor=actor,
+            home_dir=home_dir,
         )
     mon.state = "watching"
     mon.recovery_test = None

@@ -260,13 +260,21 @@ def ingest_requests(
     *,
     tags: Annotated[list[TagIn] | list[dict[str, Any]], Field(union_mode="left_to_right")],
     actor: str,
+    home_dir: str | None = None,
 ) -> IngestResult:
-    """Store a batch of tags; the same tags again change nothing (see the module docstring)."""
+    """Store a batch of tags; the same tags again change nothing (see the module docstring).
+    ``home_dir`` (from the operation's context) is where the online monitors re-check a
+    recovered pair's economics gates."""
     with gc_paused():  # the batch's objects all live until it ends: nothing to collect
-        return _ingest(session, tags, actor)
+        return _ingest(session, tags, actor, home_dir)
 
 
-def _ingest(session: Session, tags: Sequence[TagIn | dict[str, Any]], actor: str) -> IngestResult:
+def _ingest(
+    session: Session,
+    tags: Sequence[TagIn | dict[str, Any]],
+    actor: str,
+    home_dir: str | None = None,
+) -> IngestResult:
     parsed = _parse_tags(tags)
     source = source_of(actor)
     if not parsed:
@@ -331,7 +339,7 @@ def _ingest(session: Session, tags: Sequence[TagIn | dict[str, Any]], actor: str
         )
     )
     # Online acceptance: each monitor's lock orders the concurrent batches feeding it.
-    online.observe(session, observed, actor=actor)
+    online.observe(session, observed, actor=actor, home_dir=home_dir)
     return IngestResult(
         received=len(parsed),
         stored=len(stored),

@@ -211,6 +211,7 @@ def archive_requests(
     directory: str,
     purge: bool = False,
     key_path: str | None = None,
+    origin: str | None = None,
     actor: str,
 ) -> ArchiveResult:
     """Archive every whole ingest batch served before ``before`` into ``directory`` (a new
@@ -231,7 +232,7 @@ def archive_requests(
         raise NotFound(f"no whole ingest batch was served before {before}", field="before")
 
     # The checkpoint the ingest events will be proven against (signed if not yet).
-    cp = transparency.sign_log_checkpoint(session, key_path=key_path, actor=actor)
+    cp = transparency.sign_log_checkpoint(session, key_path=key_path, origin=origin, actor=actor)
     batches = {
         b.id: b for b in session.scalars(select(RequestBatch).where(RequestBatch.id.in_(batch_ids)))
     }
@@ -369,10 +370,18 @@ def _purge(session: Session, batch_ids: list[int], cutoff: datetime) -> list[str
 
 
 def get_archived_request(
-    session: Session, *, directory: str, request_id: str, trusted_key: str | None = None
+    session: Session,
+    *,
+    directory: str,
+    request_id: str,
+    trusted_key: str | None = None,
+    key_path: str | None = None,
+    origin: str | None = None,
 ) -> dict[str, Any]:
     """Reconstruct an archived request from its archive (verified whole first), with the
-    pair that served it as the registry still records it."""
+    pair that served it as the registry still records it. Without ``trusted_key`` the
+    archive is pinned to this registry's own log key (beside ``key_path``, from the
+    operation's context)."""
     from registry.services.requests import pair_with_manifests
 
     out = Path(directory)
@@ -380,7 +389,7 @@ def get_archived_request(
         # The registry knows its own log's key: the archive is pinned to it.
         from registry.services.transparency import published_verifier
 
-        own = published_verifier()
+        own = published_verifier(key_path, origin)
         trusted_key = own.vkey if own is not None else None
     try:
         found = request_archive.find_request(out, request_id, trusted_log_key=trusted_key)
