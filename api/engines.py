@@ -24,8 +24,8 @@ from fastapi import FastAPI
 
 from registry.contract.interface import Backend
 from registry.errors import InvalidInput, PairregError
+from registry.governance.policy import measurement_settings
 from registry.jobloop import Materialiser
-from registry.policy import measurement_settings
 
 
 class ServerBusy(PairregError):

@@ -6,7 +6,7 @@ collector, which runs every 700 net allocations, promotes them and then walks th
 heap: measured at about 0.12 s of CPU per batch in a server process, more than parsing
 and digesting the tags together, and it never finds anything to collect. Reference
 counting frees everything as usual. The pause starts once the whole body has arrived (a
-slow upload pauses nothing) and ends with the request (``registry.gc_pause``: pauses nest
+slow upload pauses nothing) and ends with the request (``registry.requests.gc_pause``: pauses nest
 and may overlap across requests).
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from registry import gc_pause
+from registry.requests import gc_pause
 
 PATHS = frozenset({"/v1/requests"})
 

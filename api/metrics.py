@@ -34,8 +34,8 @@ from prometheus_client.registry import Collector
 from prometheus_fastapi_instrumentator import Instrumentator
 
 from api.auth import _bearer, require
-from registry import roles
 from registry.db import session_scope
+from registry.governance import roles
 from registry.services.drift import FLAG_KINDS
 from registry.services.jobs import JOB_STATES
 from registry.services.observability import Snapshot, snapshot

@@ -3,7 +3,7 @@ generate → tag → respond.
 
 ``model`` names the deployment; the pair live on it now generates (speculative decoding,
 greedy), through the parts measurement uses: the registry's operations (as the caller) to
-find the live pair and to tag, ``registry.materialize`` so only registered bytes load, and
+find the live pair and to tag, ``registry.artifacts.materialize`` so only registered bytes load, and
 the runner's ``build_engine`` (:mod:`api.engines`: one engine per pair digest, a load lock
 per pair, a generation lock per engine). Completions encode the prompt as the target's
 tokenizer does by default; chat renders the messages with the target's chat template and
@@ -50,7 +50,7 @@ from api.backend import local_backend
 from api.engines import Generation, engine_cache, generation_slots
 from api.lanes import lanes
 from registry.errors import InvalidInput, NotFound
-from registry.models import utcnow
+from registry.tables import utcnow
 
 # ---------------------------------------------------------------------------- requests
 

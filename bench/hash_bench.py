@@ -16,7 +16,7 @@ What it does:
    timed **from a warm cache**: the comparison is of hashing throughput, not disk speed.
 3. Times, alternating, ``--repeat`` runs of
    * ``sha256sum FILE...`` — one process, files one after another (the serial baseline);
-   * a child Python process running only ``registry.manifest.build_manifest(DIR)``.
+   * a child Python process running only ``registry.artifacts.manifest.build_manifest(DIR)``.
    For the child, the reported time is measured inside it around ``build_manifest`` (not
    interpreter start-up), and peak memory is its ``ru_maxrss`` from ``os.wait4`` — the whole
    process's resident set high-water mark, interpreter included.
@@ -79,7 +79,7 @@ def run_sha256sum(paths: list[Path]) -> tuple[float, dict[str, str]]:
 CHILD = """
 import json, sys, time
 sys.path.insert(0, {root!r})
-from registry.manifest import build_manifest
+from registry.artifacts.manifest import build_manifest
 t = time.perf_counter()
 m = build_manifest({directory!r}, workers={workers!r})
 dt = time.perf_counter() - t

@@ -87,9 +87,9 @@ def seed(url: str, tmp: Path, registrations: int) -> dict[str, Any]:
     """Two validated pairs, ``prod`` live on the first, seed tags, registration dirs."""
     from sqlalchemy import select
 
-    from registry.models import Pair
     from registry.refs import resolve_deployment
     from registry.services import deployments, validation
+    from registry.tables import Pair
     from tests.fixtures import write_fake_model
     from tests.governance.helpers import (
         ACTOR,
@@ -121,7 +121,7 @@ def seed(url: str, tmp: Path, registrations: int) -> dict[str, Any]:
         ev = deployments._move(s, dep, action="promote", to_pair=pair, reason="seed",
                                validation_id=None, expect_version=None, actor=ACTOR)  # fmt: skip
         ev.at = datetime.now(UTC) - timedelta(hours=1)
-    from registry.records_requests import TagIn
+    from registry.records.requests import TagIn
     from registry.services.requests import ingest_requests
 
     start = datetime.now(UTC) - timedelta(minutes=50)

@@ -30,8 +30,8 @@ os.environ.setdefault("PAIRREG_MLFLOW", "0")
 from builders.tiny import default_tiny_dir  # noqa: E402
 from registry import db  # noqa: E402
 from registry.db import session_scope  # noqa: E402
+from registry.governance.policy import measurement_settings  # noqa: E402
 from registry.jobloop import MeasureTask  # noqa: E402
-from registry.policy import measurement_settings  # noqa: E402
 from registry.services import artifacts, pairs  # noqa: E402
 from runner.executor import RunnerExecutor  # noqa: E402
 

@@ -36,12 +36,13 @@ from sqlalchemy.engine import make_url
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from registry import audit, audit_tree, db, merkle  # noqa: E402
+from registry import db  # noqa: E402
 from registry.canonical import canonical_json  # noqa: E402
 from registry.db import get_engine, session_scope  # noqa: E402
-from registry.models import AuditEvent  # noqa: E402
 from registry.services import transparency as tl  # noqa: E402
 from registry.settings import reset_settings  # noqa: E402
+from registry.tables import AuditEvent  # noqa: E402
+from registry.trust import audit, audit_tree, merkle  # noqa: E402
 
 
 def write_events(url: str, n: int, chunk: int = 20_000) -> None:

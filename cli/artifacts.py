@@ -10,7 +10,7 @@ import typer
 from cli.backend import get_backend, user_path
 from cli.render import console, kv, print_json, short, table
 from registry.errors import InvalidInput
-from registry.records import ArtifactRecord, Provenance, Role, SignatureIn
+from registry.records.core import ArtifactRecord, Provenance, Role, SignatureIn
 
 app = typer.Typer(no_args_is_help=True)
 

@@ -190,7 +190,7 @@ def witness(
 
     Exit 1, loudly, on a fork: a checkpoint no consistency proof joins to the last one."""
     from cli.render import err_console
-    from registry.witness import ForkDetected, Witness
+    from registry.trust.witness import ForkDetected, Witness
 
     backend = get_backend()
     w = Witness(name=name, key_path=key, state_path=state, log_key=log_key)

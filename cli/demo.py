@@ -9,7 +9,6 @@ already live is left alone.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -17,9 +16,10 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from cli.backend import get_backend
 from cli.render import console
 from registry.errors import NotFound
+from registry.governance.policy import DEFAULT_POLICY_PATH
 
 DEMO_DEPLOYMENT = "demo"
-POLICY_FILE = Path(__file__).resolve().parent.parent / "registry" / "policies" / "demo.toml"
+POLICY_FILE = DEFAULT_POLICY_PATH.with_name("demo.toml")
 PROVENANCE = [
     "--publisher",
     "pairreg-demo",

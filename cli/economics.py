@@ -12,8 +12,8 @@ from rich.table import Table
 from cli.backend import get_backend
 from cli.render import console, kv, print_json, table
 from registry.errors import InvalidInput
-from registry.records_economics import EconomicsReport
-from registry.records_lifecycle import KSchedule
+from registry.records.economics import EconomicsReport
+from registry.records.lifecycle import KSchedule
 
 JSON = typer.Option(False, "--json", help="Machine-readable output.")
 hardware_app = typer.Typer(no_args_is_help=True, help="Hardware profiles for pair economics.")

@@ -10,7 +10,6 @@ separate worker; in remote mode it waits for the server's worker.
 from __future__ import annotations
 
 import json
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,11 +20,11 @@ from cli import measure as measure_cli
 from cli import worker as worker_cli
 from cli.backend import get_backend
 from cli.render import console, err_console, kv, print_json, short, table
-from registry.contract.interface import Backend
 from registry.errors import InvalidInput
-from registry.jobloop import record_validation_run
-from registry.measurement_signing import verify_record
-from registry.records_governance import ValidateResult, ValidationRecord
+from registry.flows import LocalExecutor, validate_and_wait
+from registry.records.governance import ValidateResult
+from registry.settings import get_settings
+from registry.trust.measurement_signing import verify_record
 
 JSON = typer.Option(False, "--json", help="Machine-readable output.")
 
@@ -45,49 +44,10 @@ def _policy_args(policy: str | None) -> tuple[str | None, str | None]:
     return policy, None
 
 
-def _local_identity(
-    backend: Backend, name: str | None, text: str | None, deployment: str | None
-) -> tuple[str | None, str | None]:
-    """(runner_version, suite_digest) of this machine's runner, embedded mode only: there
-    the CLI runs the job itself, so it is the worker whose runner version decides reuse."""
-    if backend.mode != "embedded":
-        return None, None
-    from registry.policy import applicable_policy_name, parse_policy
-    from runner import RUNNER_VERSION, suite_digest
-    from runner.executor import suite_prompts
+def _runner_executor() -> LocalExecutor:
+    from runner.executor import RunnerExecutor  # torch loads only when something runs
 
-    if text is not None:
-        parsed = parse_policy(text)
-    else:
-        dep_policy = backend.get_deployment(name=deployment).policy_name if deployment else None
-        parsed = backend.get_policy(name=applicable_policy_name(name, dep_policy)).parsed
-    suite = parsed["suite"]
-    prompts = suite_prompts(suite["name"], suite["categories"], suite["prompts_per_category"])
-    return RUNNER_VERSION, suite_digest(prompts)
-
-
-def _wait_for_job(backend: Any, job: Any, device: str, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    if backend.mode == "embedded" and job.state == "queued" and job.isolated:
-        raise InvalidInput(
-            f"job {job.id} runs approved remote model code: only an isolated worker measures "
-            "it (`pairreg worker --isolated` against `pairreg serve`, docs/governance.md)",
-            field="isolated",
-        )
-    if backend.mode == "embedded" and job.state == "queued":
-        err_console.print(f"measuring (job {job.id}) …")
-        worker_cli.make_worker(backend, device=device).work(once=True, job_id=job.id)
-    while True:
-        job = backend.get_job(id=job.id)
-        if job.state in ("done", "failed"):
-            return job
-        if time.monotonic() > deadline:
-            raise InvalidInput(
-                f"job {job.id} still {job.state} after {timeout:.0f}s: "
-                f"see `pairreg jobs show {job.id}`",
-                field="timeout",
-            )
-        time.sleep(1.0)
+    return RunnerExecutor()
 
 
 def render_gates(validation: Any) -> None:
@@ -114,45 +74,27 @@ def validate(
     """Measure (or reuse a measurement) and evaluate every gate; exit 0 when all pass."""
     backend = get_backend()
     name, text = _policy_args(policy)
-    runner_version, suite_digest = _local_identity(backend, name, text, deployment)
-
-    def ask() -> ValidateResult:
-        return backend.validate_pair(
-            ref=pair,
-            policy=name,
-            policy_text=text,
-            deployment=deployment,
-            runner_version=runner_version,
-            suite_digest=suite_digest,
-        )
-
-    res = ask()
-    if res.state == "queued":
-        assert res.job is not None
-        if not wait:
-            if json_out:
-                print_json(res)
-            else:
-                console.print(f"measurement queued as job {res.job.id}")
-            raise typer.Exit(3)
-        job = _wait_for_job(backend, res.job, device, timeout)
-        if job.state == "failed":
-            raise InvalidInput(f"measurement job {job.id} failed: {job.error}", field="pair")
-        vid = (job.result or {}).get("validation_id")
-        same = (job.args.get("validate") or {}).get("deployment") == deployment
-        validation: ValidationRecord | None
-        if vid is not None and same:
-            validation = backend.get_validation(id=vid)
-        else:
-            validation = ask().validation
-    else:
-        validation = res.validation
-    assert validation is not None
-    from runner.executor import RunnerExecutor  # torch loads only when a run is logged
-
-    validation = record_validation_run(
-        backend, RunnerExecutor(), validation, lambda m: err_console.print(m, highlight=False)
+    out = validate_and_wait(
+        backend,
+        _runner_executor,
+        ref=pair,
+        policy=name,
+        policy_text=text,
+        deployment=deployment,
+        device=device,
+        wait=wait,
+        timeout=timeout,
+        state_dir=get_settings().cache_dir / "verified",
+        log=lambda m: err_console.print(m, highlight=False),
     )
+    if isinstance(out, ValidateResult):  # queued, not waited for
+        assert out.job is not None
+        if json_out:
+            print_json(out)
+        else:
+            console.print(f"measurement queued as job {out.job.id}")
+        raise typer.Exit(3)
+    validation = out
     if json_out:
         print_json(validation)
     else:

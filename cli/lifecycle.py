@@ -11,7 +11,7 @@ import typer
 from cli.backend import get_backend
 from cli.render import console, print_json, table
 from registry.errors import InvalidInput
-from registry.records_lifecycle import AcceptanceCurve
+from registry.records.lifecycle import AcceptanceCurve
 
 curve_app = typer.Typer(no_args_is_help=True)
 mlflow_app = typer.Typer(no_args_is_help=True)

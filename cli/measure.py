@@ -1,30 +1,40 @@
 """``pairreg measure``: measure a pair now, on this machine, and store the measurement.
 
-The glue lives elsewhere: ``registry.jobloop`` materialises and verifies the pair's files
-and builds the plain task, ``runner.executor`` measures it. This command only wires them,
-shows a progress bar and renders the figures.
+The glue lives elsewhere: ``registry.flows.measure_now`` materialises and verifies the
+pair's files, builds the plain task, has the executor measure it (``runner.executor``) and
+stores the measurement. This command only wires them, shows a progress bar and renders the
+figures.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import typer
 
 from cli.backend import get_backend
 from cli.render import console, err_console, print_json, table
-from registry.jobloop import Materialiser, MeasureTask
+from registry.flows import measure_now
+from registry.jobloop import Executor
 from registry.settings import get_settings
 
 JSON = typer.Option(False, "--json", help="Machine-readable output.")
 
 
-def _progress_bar(total_hint: str) -> tuple[Any, Callable[[int, int], None]]:
+def _runner_executor() -> Executor:
+    from runner.executor import RunnerExecutor  # torch loads only for commands that run it
+
+    return RunnerExecutor()
+
+
+@contextmanager
+def _progress_bar(pair_digest: str) -> Iterator[Callable[[int, int], None]]:
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     bar = Progress(
-        TextColumn(total_hint),
+        TextColumn(f"measuring {pair_digest[:12]}"),
         BarColumn(),
         TextColumn("{task.completed}/{task.total}"),
         TimeRemainingColumn(),
@@ -36,7 +46,8 @@ def _progress_bar(total_hint: str) -> tuple[Any, Callable[[int, int], None]]:
     def tick(done: int, total: int) -> None:
         bar.update(task, completed=done, total=total)
 
-    return bar, tick
+    with bar:
+        yield tick
 
 
 def measure(
@@ -53,48 +64,25 @@ def measure(
     json_out: bool = JSON,
 ) -> None:
     """Measure a pair's acceptance on a suite, store it, and log an MLflow run."""
-    from registry.policy import measurement_settings
-
-    backend = get_backend()
-    rec = backend.get_pair(ref=pair)
-    cats = [c for item in categories for c in item.split(",") if c]
-    settings = measurement_settings(
-        rec.config, {"temperature": temperature, "max_new_tokens": max_new_tokens, "seed": seed}
+    done = measure_now(
+        get_backend(),
+        _runner_executor,
+        ref=pair,
+        suite=suite,
+        categories=[c for item in categories for c in item.split(",") if c],
+        prompts_per_category=per_category,
+        overrides={"temperature": temperature, "max_new_tokens": max_new_tokens, "seed": seed},
+        device=device,
+        state_dir=get_settings().cache_dir / "verified",
+        verifying=lambda: err_console.status("verifying the pair's files against their manifests…"),
+        measuring=_progress_bar,
     )
-    local = get_settings()
-    dirs = Materialiser(backend, local.cache_dir / "verified")
-    with err_console.status("verifying the pair's files against their manifests…"):
-        task = MeasureTask(
-            pair_digest=rec.pair_digest,
-            lossy=rec.lossy,
-            settings=settings,
-            suite_name=suite,
-            categories=cats or None,
-            prompts_per_category=per_category,
-            target_dir=dirs.artifact(rec.target),
-            drafter_dir=dirs.artifact(rec.drafter) if rec.drafter else None,
-            device=device,
-        )
-    from runner.executor import RunnerExecutor  # torch loads only for commands that run it
-
-    bar, tick = _progress_bar(f"measuring {rec.pair_digest[:12]}")
-    with bar:
-        out = RunnerExecutor().measure(task, progress=tick)
-    stored = backend.store_measurement(
-        pair=rec.pair_digest,
-        suite_name=suite,
-        suite_digest=out["suite_digest"],
-        settings=settings,
-        runner_version=out["runner_version"],
-        result=out["result"],
-        mlflow_run_id=out["mlflow_run_id"],
-        device=out["device"],
-    )
+    out, stored, digest = done.out, done.stored, done.task.pair_digest
     data = out["result"]
     if json_out:
         print_json(
             {
-                "pair_digest": rec.pair_digest,
+                "pair_digest": digest,
                 "suite_digest": out["suite_digest"],
                 "settings": data["settings"],
                 "categories": data["categories"],

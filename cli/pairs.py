@@ -8,9 +8,9 @@ import typer
 
 from cli.backend import get_backend
 from cli.render import console, kv, print_json, short, table
-from registry.lifecycle import PairStatus
+from registry.governance.lifecycle import PairStatus
 from registry.methods import METHODS, Method
-from registry.records import PairRecord
+from registry.records.core import PairRecord
 from registry.services.pairs import parse_set_options
 
 app = typer.Typer(no_args_is_help=True)

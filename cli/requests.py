@@ -123,20 +123,14 @@ def export_speculators(
 ) -> None:
     """The drafter in the speculators format, its verifier pinned to the target's Hub commit
     and manifest digest (added fields vLLM ignores and pairreg reads back)."""
-    from registry.jobloop import Materialiser
+    from registry.flows import write_speculators_export
     from registry.settings import get_settings
-    from registry.speculators import write_export
 
-    backend = get_backend()
-    export = backend.export_speculators(pair=pair)
-    drafter = backend.get_artifact(ref=export.drafter_ref)
-    source = Materialiser(backend, get_settings().cache_dir / "verified").artifact(drafter)
-    written = write_export(
-        export.config,
-        export.files,
-        out_dir,
-        source,
-        [e.model_dump() for e in drafter.manifest or []],
+    export, written = write_speculators_export(
+        get_backend(),
+        pair=pair,
+        out_dir=out_dir,
+        state_dir=get_settings().cache_dir / "verified",
     )
     if json_out:
         print_json({"export": export.model_dump(mode="json"), "written": written})
@@ -537,7 +531,7 @@ def audit_verify_bundle(
 ) -> None:
     """Verify a bundle offline (no database, no server) against a key you pinned; exit 1
     with the reason if it fails, or saying UNPINNED when no key was pinned."""
-    from registry.bundle_verify import verify_bundle
+    from registry.trust.bundle_verify import verify_bundle
 
     trusted = read_trusted(public_key, trust_file)
     report = verify_bundle(_load_bundle(file), weights=weights, trusted_public_key=trusted)
@@ -568,8 +562,8 @@ def audit_fetch_weights(
     """Download the exact Hub commits of the bundle's artifacts and re-hash them."""
     from huggingface_hub import snapshot_download
 
-    from registry import hub
-    from registry.manifest import build_manifest, compare_manifests, hub_snapshot_root
+    from registry.artifacts import hub
+    from registry.artifacts.manifest import build_manifest, compare_manifests, hub_snapshot_root
 
     bundle = _load_bundle(file)
     out = []

@@ -10,9 +10,10 @@ from functools import partial
 import typer
 
 from cli.render import console
-from registry import audit, db
+from registry import db
 from registry.services.system import initialise
 from registry.settings import get_settings
+from registry.trust import audit
 
 
 def serve(

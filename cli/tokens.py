@@ -8,7 +8,7 @@ import typer
 
 from cli.backend import get_backend
 from cli.render import console, print_json, table
-from registry.roles import TokenRole
+from registry.governance.roles import TokenRole
 
 app = typer.Typer(no_args_is_help=True)
 JSON = typer.Option(False, "--json", help="Machine-readable output.")

@@ -11,8 +11,8 @@ import typer
 
 from cli.backend import get_backend
 from cli.render import console, print_json, table
+from registry.integrations.webhooks import Dispatcher
 from registry.settings import Settings, get_settings
-from registry.webhooks import Dispatcher
 
 app = typer.Typer(no_args_is_help=True)
 JSON = typer.Option(False, "--json", help="Machine-readable output.")

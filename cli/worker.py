@@ -15,7 +15,6 @@ import typer
 
 from cli.backend import get_backend, local_backend
 from cli.render import console, err_console
-from registry.audit import load_private_key
 from registry.contract.interface import Backend
 from registry.errors import InvalidInput
 from registry.jobloop import (
@@ -26,6 +25,7 @@ from registry.jobloop import (
     worker_name,
 )
 from registry.settings import Settings, get_settings
+from registry.trust.audit import load_private_key
 
 
 def make_worker(

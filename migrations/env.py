@@ -6,7 +6,7 @@ from alembic import context
 from sqlalchemy import pool
 
 from registry.db import get_engine
-from registry.models import Base
+from registry.tables import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-import registry.models.base
+import registry.tables.base
 ${imports if imports else ""}
 
 revision = ${repr(up_revision)}

@@ -129,7 +129,7 @@ def warm_pool(url: str, connections: int) -> int:
     query on every table: a new PostgreSQL backend reads the catalog entries of each table
     and index on its first query (measured 5-10 ms more for a request's audit on a fresh
     connection), which would otherwise land on the first requests. Returns how many."""
-    from registry.models import Base
+    from registry.tables import Base
 
     engine = get_engine(url)
     if is_sqlite(url):
@@ -193,7 +193,7 @@ def session_scope(url: str, *, read_only: bool = False) -> Iterator[Session]:
 def _audit_refusal(url: str, event: dict[str, Any]) -> None:
     """Record a refusal (see ``registry.errors.Forbidden``) after its transaction rolled
     back; a failure here is logged and never hides the refusal itself."""
-    from registry.audit import append_event
+    from registry.trust.audit import append_event
 
     try:
         with session_scope(url) as session:

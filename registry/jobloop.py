@@ -29,15 +29,15 @@ from typing import Any, Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from registry.artifacts.materialize import IntegrityError, materialise
 from registry.contract.interface import Backend
 from registry.errors import Conflict, PairregError
-from registry.materialize import IntegrityError, materialise
-from registry.measurement_signing import sign, statement
+from registry.governance.policy import settings_digest
 from registry.methods import get_method
-from registry.policy import settings_digest
-from registry.records import ArtifactRecord, VerifyReport
-from registry.records_governance import JobRecord, ValidationRecord
+from registry.records.core import ArtifactRecord, VerifyReport
+from registry.records.governance import JobRecord, ValidationRecord
 from registry.settings import Settings
+from registry.trust.measurement_signing import sign, statement
 
 DEFAULT_LEASE_S = 60
 SWEEP_AFTER_S = 120.0
@@ -95,7 +95,8 @@ def worker_name() -> str:
 
 
 class Materialiser:
-    """Verified local directories for a worker's artifacts (see :mod:`registry.materialize`)."""
+    """Verified local directories for a worker's artifacts
+    (see :mod:`registry.artifacts.materialize`)."""
 
     def __init__(self, backend: Backend, state_dir: Path | None, full: bool = False):
         self.backend = backend

@@ -8,7 +8,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from registry.errors import InvalidInput, NotFound
-from registry.models import Artifact, Deployment, Pair
+from registry.tables import Artifact, Deployment, Pair
 
 _ID = re.compile(r"^\d{1,11}$")
 _HEX = re.compile(r"^[0-9a-f]{12,64}$")

@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
+from registry.artifacts.tokenizer_compat import MAX_PADDING
 from registry.methods import TREE_METHODS
-from registry.tokenizer_compat import MAX_PADDING
 from runner.drafters import DraftModelDrafter, MedusaDrafter, PromptLookupDrafter
 from runner.eagle import eagle_type, load_eagle
 from runner.eagle_drafter import EagleDrafter

@@ -45,7 +45,7 @@ from transformers.models.llama.modeling_llama import (
     LlamaRotaryEmbedding,
 )
 
-from registry.serving_config import default_aux_layer_ids
+from registry.artifacts.serving_config import default_aux_layer_ids
 
 WEIGHTS = "model.safetensors"
 SPECULATORS_VERSION = "0.3.0"

@@ -143,6 +143,13 @@ class RunnerExecutor:
     def __init__(self, *, log_runs: bool | None = None):
         self.log_runs = mlflow_enabled() if log_runs is None else log_runs
 
+    def suite_digest(
+        self, suite_name: str, categories: Sequence[str] | None, prompts_per_category: int
+    ) -> str:
+        """The digest of the prompts :meth:`measure` would run for that suite choice (an
+        embedded validate reuses only a measurement of the same prompts)."""
+        return suite_digest(suite_prompts(suite_name, categories, prompts_per_category))
+
     def measure(
         self, task: Any, progress: Callable[[int, int], None] | None = None
     ) -> dict[str, Any]:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from registry.artifacts.serving_config import aux_layer_ids, chat_template_digest
 from registry.methods import TABLE
-from registry.serving_config import aux_layer_ids, chat_template_digest
 
 __all__ = ["chat_template_digest", "eagle3_aux_layer_ids", "serving_config"]
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from registry.intervals import paired_percentile_interval
+from registry.stats.intervals import paired_percentile_interval
 
 COUNTER_FIELDS = (
     "target_calls",

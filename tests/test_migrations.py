@@ -11,7 +11,7 @@ from sqlalchemy import inspect
 
 from registry import db
 from registry.errors import SchemaOutOfDate
-from registry.models import Base
+from registry.tables import Base
 
 
 def _roundtrip(url: str) -> None:
@@ -68,8 +68,8 @@ def _old_chain_events(url: str, n: int) -> list[str]:
 
     from sqlalchemy import text
 
-    from registry import audit_tree
     from registry.canonical import canonical_json
+    from registry.trust import audit_tree
 
     prev, hashes = "0" * 64, []
     with db.get_engine(url).begin() as conn:
@@ -112,7 +112,7 @@ def test_chain_retired_only_after_the_events_verify(db_url: str) -> None:
     the chain in place) when an event was altered."""
     from sqlalchemy import text
 
-    from registry import audit_tree
+    from registry.trust import audit_tree
 
     db.downgrade(db_url, "0009")
     _old_chain_events(db_url, 9)

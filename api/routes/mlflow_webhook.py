@@ -5,7 +5,7 @@ the secret it was given (``PAIRREG_MLFLOW_WEBHOOK_SECRET`` here). The order is f
 a forged, stale or replayed delivery changes nothing: check the signature and timestamp
 (401), look the delivery id up (seen: 200, nothing done), fetch the version's files from
 MLflow's artifact store (unreachable: 503, so MLflow retries), then remember the id and
-register the files in one transaction. The rules live in ``registry.mlflow_hooks`` and
+register the files in one transaction. The rules live in ``registry.integrations.mlflow_hooks`` and
 ``registry.services.mlflow_sources``; this edge only reads the request and fetches.
 """
 
@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 
 from registry import db
 from registry.errors import PairregError
-from registry.mlflow_hooks import MlflowDeliveryIn, verify_delivery
+from registry.integrations.mlflow_hooks import MlflowDeliveryIn, verify_delivery
 from registry.services import mlflow_sources
 from registry.settings import Settings
 

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Request
 from api import serving
 from api.auth import Principal, require_in_read_lane
 from api.serving import ChatCompletionRequest, CompletionRequest
-from registry.roles import INGEST
+from registry.governance.roles import INGEST
 
 router = APIRouter(tags=["serving"])
 

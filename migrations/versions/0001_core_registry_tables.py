@@ -13,7 +13,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-import registry.models.base
+import registry.tables.base
 
 revision = "0001"
 down_revision = None
@@ -30,9 +30,9 @@ def upgrade() -> None:
         sa.Column("role", sa.String(length=16), nullable=False),
         sa.Column("token_hash", sa.String(length=64), nullable=False),
         sa.Column("created_by", sa.String(length=200), nullable=False),
-        sa.Column("created_at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("last_used_at", registry.models.base.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("revoked_at", registry.models.base.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("created_at", registry.tables.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("last_used_at", registry.tables.base.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("revoked_at", registry.tables.base.UTCDateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_api_tokens")),
         sa.UniqueConstraint("name", name=op.f("uq_api_tokens_name")),
         sa.UniqueConstraint("token_hash", name=op.f("uq_api_tokens_token_hash")),
@@ -40,7 +40,7 @@ def upgrade() -> None:
     op.create_table(
         "audit_events",
         sa.Column("seq", sa.Integer(), autoincrement=False, nullable=False),
-        sa.Column("occurred_at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("occurred_at", registry.tables.base.UTCDateTime(timezone=True), nullable=False),
         sa.Column("actor", sa.String(length=200), nullable=False),
         sa.Column("action", sa.String(length=64), nullable=False),
         sa.Column("entity_type", sa.String(length=32), nullable=False),
@@ -60,7 +60,7 @@ def upgrade() -> None:
         "lineages",
         sa.Column("name", sa.String(length=200), nullable=False),
         sa.Column("role", sa.String(length=16), nullable=False),
-        sa.Column("created_at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", registry.tables.base.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("name", name=op.f("pk_lineages")),
     )
     op.create_table(
@@ -86,7 +86,7 @@ def upgrade() -> None:
         sa.Column("facts", sa.JSON(), nullable=False),
         sa.Column("provenance", sa.JSON(), nullable=False),
         sa.Column("registered_by", sa.String(length=200), nullable=False),
-        sa.Column("registered_at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("registered_at", registry.tables.base.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["lineage"], ["lineages.name"], name=op.f("fk_artifacts_lineage_lineages")
         ),
@@ -114,9 +114,9 @@ def upgrade() -> None:
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("warnings", sa.JSON(), nullable=False),
         sa.Column("registered_by", sa.String(length=200), nullable=False),
-        sa.Column("registered_at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("registered_at", registry.tables.base.UTCDateTime(timezone=True), nullable=False),
         sa.Column(
-            "status_changed_at", registry.models.base.UTCDateTime(timezone=True), nullable=False
+            "status_changed_at", registry.tables.base.UTCDateTime(timezone=True), nullable=False
         ),
         sa.ForeignKeyConstraint(
             ["drafter_id"], ["artifacts.id"], name=op.f("fk_pairs_drafter_id_artifacts")

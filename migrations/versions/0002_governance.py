@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-import registry.models.base
+import registry.tables.base
 
 revision = "0002"
 down_revision = "0001"
@@ -36,14 +36,14 @@ def upgrade() -> None:
         sa.Column("max_attempts", sa.Integer(), nullable=False),
         sa.Column("lease_owner", sa.String(length=200), nullable=True),
         sa.Column(
-            "lease_expires_at", registry.models.base.UTCDateTime(timezone=True), nullable=True
+            "lease_expires_at", registry.tables.base.UTCDateTime(timezone=True), nullable=True
         ),
         sa.Column("result", sa.JSON(), nullable=True),
         sa.Column("error", sa.Text(), nullable=True),
         sa.Column("created_by", sa.String(length=200), nullable=False),
-        sa.Column("created_at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("updated_at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("finished_at", registry.models.base.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("created_at", registry.tables.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", registry.tables.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("finished_at", registry.tables.base.UTCDateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_jobs")),
         sa.UniqueConstraint("idempotency_key", name=op.f("uq_jobs_idempotency_key")),
     )
@@ -59,7 +59,7 @@ def upgrade() -> None:
         sa.Column("toml_text", sa.Text(), nullable=False),
         sa.Column("parsed", sa.JSON(), nullable=False),
         sa.Column("created_by", sa.String(length=200), nullable=False),
-        sa.Column("created_at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", registry.tables.base.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_policies")),
         sa.UniqueConstraint("name", "version", name=op.f("uq_policies_name_version")),
     )
@@ -74,8 +74,8 @@ def upgrade() -> None:
         sa.Column("current_pair_id", sa.Integer(), nullable=True),
         sa.Column("version", sa.Integer(), nullable=False),
         sa.Column("created_by", sa.String(length=200), nullable=False),
-        sa.Column("created_at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("updated_at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", registry.tables.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", registry.tables.base.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["current_pair_id"], ["pairs.id"], name=op.f("fk_deployments_current_pair_id_pairs")
         ),
@@ -107,7 +107,7 @@ def upgrade() -> None:
         sa.Column("mlflow_run_id", sa.String(length=64), nullable=True),
         sa.Column("job_id", sa.Integer(), nullable=True),
         sa.Column("created_by", sa.String(length=200), nullable=False),
-        sa.Column("created_at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", registry.tables.base.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], name=op.f("fk_measurements_job_id_jobs")),
         sa.ForeignKeyConstraint(
             ["pair_id"], ["pairs.id"], name=op.f("fk_measurements_pair_id_pairs")
@@ -139,9 +139,9 @@ def upgrade() -> None:
         sa.Column("summary", sa.Text(), nullable=False),
         sa.Column("reason", sa.Text(), nullable=True),
         sa.Column("opened_by", sa.String(length=200), nullable=False),
-        sa.Column("opened_at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("opened_at", registry.tables.base.UTCDateTime(timezone=True), nullable=False),
         sa.Column("closed_by", sa.String(length=200), nullable=True),
-        sa.Column("closed_at", registry.models.base.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("closed_at", registry.tables.base.UTCDateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(
             ["artifact_id"], ["artifacts.id"], name=op.f("fk_drift_flags_artifact_id_artifacts")
         ),
@@ -182,7 +182,7 @@ def upgrade() -> None:
         sa.Column("passed", sa.Boolean(), nullable=False),
         sa.Column("mlflow_run_id", sa.String(length=64), nullable=True),
         sa.Column("actor", sa.String(length=200), nullable=False),
-        sa.Column("created_at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", registry.tables.base.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["measurement_id"],
             ["measurements.id"],
@@ -212,7 +212,7 @@ def upgrade() -> None:
         sa.Column("validation_id", sa.Integer(), nullable=True),
         sa.Column("actor", sa.String(length=200), nullable=False),
         sa.Column("reason", sa.Text(), nullable=False),
-        sa.Column("at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("at", registry.tables.base.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["deployment_id"],
             ["deployments.id"],

@@ -14,8 +14,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-import registry.models.base
-from registry import tag_partitions
+import registry.tables.base
+from registry.requests import partitions as tag_partitions
 
 revision = "0003"
 down_revision = "0002"
@@ -34,13 +34,13 @@ def upgrade() -> None:
         sa.Column("duplicates", sa.Integer(), nullable=False),
         sa.Column("inconsistent", sa.Integer(), nullable=False),
         sa.Column("actor", sa.String(length=200), nullable=False),
-        sa.Column("created_at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", registry.tables.base.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_request_batches")),
     )
     op.create_table(
         "request_ids",
         sa.Column("request_id", sa.String(length=200), nullable=False),
-        sa.Column("served_at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("served_at", registry.tables.base.UTCDateTime(timezone=True), nullable=False),
         sa.Column("tag_digest", sa.String(length=64), nullable=False),
         sa.Column("batch_id", sa.Integer(), nullable=False),
         sa.ForeignKeyConstraint(
@@ -56,7 +56,7 @@ def upgrade() -> None:
     op.create_table(
         "request_tags",
         sa.Column("request_id", sa.String(length=200), nullable=False),
-        sa.Column("served_at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("served_at", registry.tables.base.UTCDateTime(timezone=True), nullable=False),
         sa.Column("deployment_id", sa.Integer(), nullable=False),
         sa.Column("pair_id", sa.Integer(), nullable=False),
         sa.Column("input_tokens", sa.Integer(), nullable=False),
@@ -87,7 +87,7 @@ def upgrade() -> None:
         sa.Column("deployment_id", sa.Integer(), nullable=False),
         sa.Column("pair_id", sa.Integer(), nullable=True),
         sa.Column("source", sa.String(length=500), nullable=False),
-        sa.Column("scraped_at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("scraped_at", registry.tables.base.UTCDateTime(timezone=True), nullable=False),
         sa.Column("counters", sa.JSON(), nullable=False),
         sa.Column("deltas", sa.JSON(), nullable=False),
         sa.Column("reset", sa.Boolean(), nullable=False),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-import registry.models.base
+import registry.tables.base
 
 revision = "0004"
 down_revision = "0003"
@@ -25,8 +25,8 @@ def upgrade() -> None:
         sa.Column("runner_version", sa.String(length=64), nullable=True),
         sa.Column("device", sa.String(length=16), nullable=True),
         sa.Column("actor", sa.String(length=200), nullable=False),
-        sa.Column("first_seen_at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("last_seen_at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("first_seen_at", registry.tables.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("last_seen_at", registry.tables.base.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("name", name=op.f("pk_workers")),
     )
     with op.batch_alter_table("workers", schema=None) as batch_op:

@@ -5,7 +5,7 @@ Revises: 0004
 Create Date: 2026-11-30 00:40:00.000000
 
 * ``audit_tree``: every perfect subtree of the RFC 6962 tree over the audit events,
-  backfilled here from the existing events (registry.audit_tree.rebuild).
+  backfilled here from the existing events (registry.trust.audit_tree.rebuild).
 * ``log_checkpoints``: the C2SP checkpoints the log signed.
 * ``retention_policies``: months each kind of record must be kept (at least six), seeded
   for ``request_tags`` and ``audit_events``; a ``BEFORE DELETE`` trigger on ``request_tags``
@@ -25,8 +25,8 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from alembic import op
 
-import registry.models.base
-from registry import audit_tree
+import registry.tables.base
+from registry.trust import audit_tree
 
 revision = "0005"
 down_revision = "0004"
@@ -100,7 +100,7 @@ def upgrade() -> None:
         sa.Column("key_id", sa.String(length=8), nullable=False),
         sa.Column("note", sa.Text(), nullable=False),
         sa.Column("signed_by", sa.String(length=200), nullable=False),
-        sa.Column("signed_at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("signed_at", registry.tables.base.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("tree_size", name=op.f("pk_log_checkpoints")),
     )
     retention = op.create_table(
@@ -108,7 +108,7 @@ def upgrade() -> None:
         sa.Column("kind", sa.String(length=32), nullable=False),
         sa.Column("months", sa.Integer(), nullable=False),
         sa.Column("updated_by", sa.String(length=200), nullable=False),
-        sa.Column("updated_at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", registry.tables.base.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("kind", name=op.f("pk_retention_policies")),
     )
     now = datetime.now(UTC)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-import registry.models.base
+import registry.tables.base
 
 revision = "0007"
 down_revision = "0005"
@@ -42,9 +42,9 @@ def upgrade() -> None:
         sa.Column("accepted", sa.BigInteger(), nullable=False),
         sa.Column("rate_sum", sa.Float(), nullable=False),
         sa.Column("alarms", sa.Integer(), nullable=False),
-        sa.Column("started_at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("updated_at", registry.models.base.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("alarm_at", registry.models.base.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("started_at", registry.tables.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", registry.tables.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("alarm_at", registry.tables.base.UTCDateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(
             ["deployment_id"],
             ["deployments.id"],
@@ -62,7 +62,7 @@ def upgrade() -> None:
     op.create_table(
         "online_buckets",
         sa.Column("monitor_id", sa.Integer(), nullable=False),
-        sa.Column("start", registry.models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("start", registry.tables.base.UTCDateTime(timezone=True), nullable=False),
         sa.Column("requests", sa.Integer(), nullable=False),
         sa.Column("tested", sa.Integer(), nullable=False),
         sa.Column("drafted", sa.BigInteger(), nullable=False),

@@ -11,7 +11,7 @@ for every tag). Integrity stays whole:
 
 * every id ingest writes comes from the same transaction: deployments and pairs are looked
   up by name and digest (unknown: 422) and the batch row is inserted by the same statement
-  as its ids (``registry.tag_store``), and nothing else writes these two tables;
+  as its ids (``registry.requests.store``), and nothing else writes these two tables;
 * the rows those ids name can never disappear or change id, which the database enforces:
   ``pairs`` and ``deployments`` refuse ``DELETE`` (nothing in pairreg deletes them: a pair is
   retired, not deleted), ``request_batches`` refuses to delete a batch while ``request_ids``

@@ -20,7 +20,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from registry.models.base import UTCDateTime
+from registry.tables.base import UTCDateTime
 
 revision = "0009"
 down_revision = "0008"

@@ -30,9 +30,9 @@ import json
 import sqlalchemy as sa
 from alembic import op
 
-from registry import audit_tree
 from registry.canonical import canonical_json
-from registry.models.base import UTCDateTime
+from registry.tables.base import UTCDateTime
+from registry.trust import audit_tree
 
 revision = "0010"
 down_revision = "0009"

@@ -18,8 +18,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from registry import audit_tree
-from registry.models.base import UTCDateTime
+from registry.tables.base import UTCDateTime
+from registry.trust import audit_tree
 
 revision = "0014"
 down_revision = "0012"
@@ -83,7 +83,7 @@ _LEAVES = sa.table(
 
 
 def _integrate_pending(bind: sa.engine.Connection) -> None:
-    """What the sequencer does (registry.audit.integrate), done here: the lock-based log
+    """What the sequencer does (registry.trust.audit.integrate), done here: the lock-based log
     has no queue, so every pending event joins the tree before the queue goes."""
     rows = bind.execute(
         sa.select(_EVENTS)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import date
 from typing import Any, Literal, Protocol
 
+from registry.governance.roles import TokenRole
 from registry.methods import Method
 from registry.params import (
     Cursor,
@@ -25,7 +26,7 @@ from registry.params import (
     Timestamp,
     WorkerName,
 )
-from registry.records import (
+from registry.records.core import (
     ArtifactAddResult,
     ArtifactRecord,
     AuditEventRecord,
@@ -42,8 +43,8 @@ from registry.records import (
     TokenRecord,
     VerifyReport,
 )
-from registry.records_economics import EconomicsReport, HardwareList
-from registry.records_governance import (
+from registry.records.economics import EconomicsReport, HardwareList
+from registry.records.governance import (
     DeploymentEventRecord,
     DeploymentRecord,
     DriftCheckResult,
@@ -60,7 +61,7 @@ from registry.records_governance import (
     WatchResult,
     WorkerKeyRecord,
 )
-from registry.records_lifecycle import (
+from registry.records.lifecycle import (
     AcceptanceCurve,
     CurveImportResult,
     KSchedule,
@@ -70,8 +71,8 @@ from registry.records_lifecycle import (
     WebhookDeliveryRecord,
     WebhookRecord,
 )
-from registry.records_online import OnlineAlpha
-from registry.records_requests import (
+from registry.records.online import OnlineAlpha
+from registry.records.requests import (
     ExportResult,
     IngestResult,
     RequestAudit,
@@ -80,7 +81,7 @@ from registry.records_requests import (
     TagIn,
     TelemetryResult,
 )
-from registry.records_trust import (
+from registry.records.trust import (
     ArchiveResult,
     ConsistencyProofRecord,
     InclusionProofRecord,
@@ -89,7 +90,6 @@ from registry.records_trust import (
     RetentionRecord,
     TreeVerifyResult,
 )
-from registry.roles import TokenRole
 from registry.services.duties import ApprovalReason
 from registry.services.requests import _SOURCE
 

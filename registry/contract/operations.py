@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit, urlunsplit
 
-from registry import roles
+from registry.artifacts.hub import HubAccess
+from registry.artifacts.source_paths import PathLimits, path_limits
 from registry.contract.spec import CallContext, Operation
 from registry.errors import Conflict, Forbidden, InvalidInput, NotFound, SchemaOutOfDate
-from registry.hub import HubAccess
-from registry.records_requests import decode_tags
+from registry.governance import roles
+from registry.records.requests import decode_tags
 from registry.services import (
     artifacts,
     audit_log,
@@ -43,7 +44,6 @@ from registry.services import (
     watch,
     webhooks,
 )
-from registry.source_paths import PathLimits, path_limits
 
 NF = (InvalidInput, NotFound)
 NFC = (InvalidInput, NotFound, Conflict)
@@ -54,6 +54,16 @@ NFCF = (InvalidInput, NotFound, Conflict, Forbidden)
 def _verified_state(ctx: CallContext) -> str:
     """Where this process keeps its verified-files stat cache (never a client's path)."""
     return str(ctx.settings.cache_dir / "verified")
+
+
+def _home_dir(ctx: CallContext) -> str:
+    """This process's home: its own hardware profiles (never a client's directory)."""
+    return str(ctx.settings.home_dir)
+
+
+def _log_origin(ctx: CallContext) -> str | None:
+    """The origin line this process's checkpoints carry, when one is configured."""
+    return ctx.settings.log_origin
 
 
 def _signing_key(ctx: CallContext) -> str:
@@ -158,7 +168,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "Re-hash and compare with the manifest",
         "artifacts",
         errors=NF,
-        context={"confine": _confine},
+        context={"confine": _confine, "hash_workers": _hash_workers},
     ),
     Operation(
         duties.approve_remote_code,
@@ -239,6 +249,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "Predicted speed-up, memory limits and cost per 1M tokens by batch size",
         "pairs",
         errors=NF,
+        context={"home_dir": _home_dir},
     ),
     Operation(
         economics.list_hardware,
@@ -248,6 +259,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "Hardware profiles: shipped (datasheets), measured and the user's own",
         "pairs",
         errors=NF,
+        context={"home_dir": _home_dir},
     ),
     Operation(
         pairs.deprecate_pair,
@@ -306,7 +318,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "Sign a C2SP checkpoint of the log (only if it extends the last one signed)",
         "audit",
         errors=(InvalidInput, Conflict),
-        context={"key_path": _signing_key},
+        context={"key_path": _signing_key, "origin": _log_origin},
     ),
     Operation(
         transparency.get_log_checkpoint,
@@ -316,7 +328,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "The newest signed checkpoint (or the one at tree_size), as a witness fetches it",
         "audit",
         errors=NF,
-        context={"key_path": _signing_key},
+        context={"key_path": _signing_key, "origin": _log_origin},
     ),
     Operation(
         transparency.verify_audit_log,
@@ -327,7 +339,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "audit",
         errors=(InvalidInput,),
         also_get=True,
-        context={"key_path": _signing_key},
+        context={"key_path": _signing_key, "origin": _log_origin},
     ),
     # -- retention and archives ------------------------------------------------------------
     Operation(
@@ -356,7 +368,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "Archive whole ingest batches served before a date; optionally purge past retention",
         "requests",
         errors=NFC,
-        context={"key_path": _signing_key},
+        context={"key_path": _signing_key, "origin": _log_origin},
         local_only=(
             "archives are written to the filesystem of the host that runs them: unset "
             "PAIRREG_URL and set PAIRREG_DATABASE_URL on a host that can reach the database"
@@ -371,6 +383,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "requests",
         errors=NF,
         local_only="archives are read from the local filesystem: unset PAIRREG_URL",
+        context={"key_path": _signing_key, "origin": _log_origin},
     ),
     # -- tokens --------------------------------------------------------------------------
     Operation(
@@ -446,6 +459,7 @@ OPERATIONS: tuple[Operation, ...] = (
         errors=NFCF,
         unchanged=(lambda r: r.state == "queued", 202, "Measurement queued"),
         examples=({"policy": "default", "deployment": "chat-prod"},),
+        context={"home_dir": _home_dir},
     ),
     Operation(
         validation.list_validations,
@@ -524,6 +538,7 @@ OPERATIONS: tuple[Operation, ...] = (
         errors=NFCF,
         wire_names={"ref": "pair"},
         examples=({"pair": "3f2a9c1b7d4e", "reason": "passed canary", "expect_version": 4},),
+        context={"home_dir": _home_dir},
     ),
     Operation(
         deployments.rollback,
@@ -632,6 +647,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "Hand back a job's results (written once)",
         "jobs",
         errors=NFC,
+        context={"home_dir": _home_dir},
     ),
     Operation(
         jobs.fail_job,
@@ -665,6 +681,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "drift",
         errors=NFC,
         examples=({"reason": "expected: v2 was tuned for prose; code traffic is small"},),
+        context={"home_dir": _home_dir},
     ),
     Operation(
         drift.resolve_flag,
@@ -674,6 +691,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "Resolve a flag",
         "drift",
         errors=NFC,
+        context={"home_dir": _home_dir},
     ),
     Operation(
         watch.watch,
@@ -806,6 +824,7 @@ OPERATIONS: tuple[Operation, ...] = (
         unchanged=(lambda r: r.stored == 0, 200, "Nothing new: every tag existed"),
         json_body_direct=True,  # batches of up to 10,000 tags
         json_body_fast=decode_tags,
+        context={"home_dir": _home_dir},
     ),
     Operation(
         requests.list_requests,
@@ -833,7 +852,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "A self-contained, offline-verifiable audit bundle for one request",
         "requests",
         errors=NFC,
-        context={"key_path": _signing_key},
+        context={"key_path": _signing_key, "origin": _log_origin},
     ),
     Operation(
         telemetry.ingest_prometheus,
@@ -862,6 +881,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "Draft length per batch size that maximises predicted throughput (vLLM, TensorRT-LLM)",
         "pairs",
         errors=NF,
+        context={"home_dir": _home_dir},
     ),
     Operation(
         exports.export_serving,
@@ -871,7 +891,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "Serving-engine launch arguments for a deployment's live pair",
         "requests",
         errors=NF,
-        context={"state_dir": _verified_state},
+        context={"state_dir": _verified_state, "home_dir": _home_dir},
     ),
     Operation(
         requests.maintain_partitions,

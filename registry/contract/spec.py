@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
 from registry.errors import InvalidInput, PairregError
-from registry.roles import Duty
+from registry.governance.roles import Duty
 from registry.settings import Settings
 
 HttpMethod = Literal["GET", "POST", "PUT", "DELETE"]
@@ -105,9 +105,11 @@ class Operation:
     json_body_fast: Callable[[bytes], dict[str, Any] | None] | None = None
 
     def __post_init__(self) -> None:
-        # Roles follow from a duty (registry/roles.py), never from an ad-hoc set of roles.
+        # Roles follow from a duty (registry/governance/roles.py), never an ad-hoc set of roles.
         if not isinstance(self.roles, Duty):
-            raise TypeError(f"{self.service.__name__}: roles must be a registry.roles.Duty")
+            raise TypeError(
+                f"{self.service.__name__}: roles must be a registry.governance.roles.Duty"
+            )
 
     @property
     def duty(self) -> str:

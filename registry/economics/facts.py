@@ -241,7 +241,7 @@ def read_facts(
     directory: str | os.PathLike[str], manifest: list[dict[str, Any]] | None = None
 ) -> EconomicFacts:
     """:class:`EconomicFacts` of the artifact in ``directory``."""
-    from registry.model_facts import ModelFactsError, read_config
+    from registry.artifacts.model_facts import ModelFactsError, read_config
 
     try:
         config = read_config(directory)

@@ -15,20 +15,24 @@ from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry import hub, model_facts, model_signature, tokenizer_compat
-from registry.audit import append_event, lock_writes
-from registry.economics import facts as economic_facts
-from registry.errors import Conflict, InvalidInput, NotFound, PairregError
-from registry.manifest import (
+from registry.artifacts import hub, model_facts, tokenizer_compat
+from registry.artifacts.manifest import (
     Manifest,
     ManifestError,
     build_manifest,
     compare_manifests,
     hub_snapshot_root,
 )
-from registry.models import Artifact, Lineage
+from registry.artifacts.source_paths import PathLimits, local_directory, local_file, resolve_literal
+from registry.artifacts.tokenizer_digest import (
+    TokenizerDigestError,
+    tokenizer_files_digest,
+    vocab_digest,
+)
+from registry.economics import facts as economic_facts
+from registry.errors import Conflict, InvalidInput, NotFound, PairregError
 from registry.params import Cursor, Limit
-from registry.records import (
+from registry.records.core import (
     PROVENANCE_FIELDS,
     ArtifactAddResult,
     ArtifactRecord,
@@ -41,9 +45,9 @@ from registry.records import (
 )
 from registry.refs import resolve_artifact
 from registry.services.base import page_query
-from registry.settings import get_settings
-from registry.source_paths import PathLimits, local_directory, local_file, resolve_literal
-from registry.tokenizer_digest import TokenizerDigestError, tokenizer_files_digest, vocab_digest
+from registry.tables import Artifact, Lineage
+from registry.trust import model_signature
+from registry.trust.audit import append_event, lock_writes
 
 ROLES = ("target", "draft", "heads")
 
@@ -232,13 +236,12 @@ def add_artifact(
     ``source`` is taken literally (no ``~``); ``confine`` (filled by the edge for a remote
     caller) keeps it, and the signature file, under the server's artifact roots.
     ``hub_access`` (filled by the edge) picks the token an ``hf://`` source is read with and
-    caps what it may fetch; without it, no token and no cap.
+    caps what it may fetch; without it, no token and no cap. ``hash_workers`` (filled by
+    the edge from its settings) is how many threads hash files; None: one per core.
     """
     name = _check_name(name)
     if role not in ROLES:
         raise InvalidInput(f"role must be one of {', '.join(ROLES)}", field="role")
-    if hash_workers is None:
-        hash_workers = get_settings().hash_workers
     content = _hash_source(source, hash_workers, confine, hub_access or hub.HubAccess())
     described = _describe(content)
     checked = _verify_signature(content, signature, confine) if signature is not None else None
@@ -483,12 +486,14 @@ def verify_artifact(
     ] = None,
     actor: str = "system",
     confine: PathLimits | None = None,
+    hash_workers: int | None = None,
 ) -> VerifyReport:
     """Re-hash the artifact's files (its local path, or ``path``) against the manifest.
 
     A ``path`` the caller names is taken literally and, for a remote caller (``confine``,
     filled by the edge), must lie under the server's artifact roots; the artifact's own
     recorded path is the registry's, not the caller's, and is not confined.
+    ``hash_workers`` (filled by the edge) as for :func:`add_artifact`.
     """
     art = resolve_artifact(session, ref)
     where = path or art.local_path
@@ -506,7 +511,7 @@ def verify_artifact(
     try:
         actual = build_manifest(
             directory,
-            get_settings().hash_workers,
+            hash_workers,
             symlink_root=symlink_root,
             **_limits(named),
         )

@@ -9,10 +9,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from registry.errors import InvalidInput
-from registry.models import AuditEvent
 from registry.params import Cursor, Limit, Timestamp
-from registry.records import AuditEventRecord, Page, from_row
+from registry.records.core import AuditEventRecord, Page, from_row
 from registry.services.base import page_query
+from registry.tables import AuditEvent
 
 
 def to_record(event: AuditEvent) -> AuditEventRecord:

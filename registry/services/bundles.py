@@ -1,6 +1,6 @@
 """Self-contained audit bundles: everything about one request, verifiable with no database.
 
-A bundle (format ``pairreg.audit-bundle/1``, checked by :mod:`registry.bundle_verify`) holds:
+A bundle (format ``pairreg.audit-bundle/1``, checked by :mod:`registry.trust.bundle_verify`) holds:
 
 * ``tag`` with its digest, and ``inclusion``: the RFC 6962 audit path from the tag's digest to
   the Merkle root its ingest batch recorded (``log2(batch size)`` hashes, not the batch);
@@ -23,20 +23,18 @@ batches).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry import audit, audit_tree
-from registry.bundle_verify import BUNDLE_FORMAT, merkle_path, merkle_root
 from registry.canonical import canonical_json
 from registry.errors import InvalidInput
-from registry.models import AuditEvent, RequestId
 from registry.services.requests import audit_request, stored_key
-from registry.settings import get_settings
+from registry.tables import AuditEvent, RequestId
+from registry.trust import audit, audit_tree
+from registry.trust.bundle_verify import BUNDLE_FORMAT, merkle_path, merkle_root
 
 
 def _seq(session: Session, action: str, entity_type: str, entity_id: str | int) -> int | None:
@@ -82,8 +80,10 @@ def build_bundle(
         Field(max_length=120, description="The source that sent the id, if two sources did."),
     ] = None,
     key_path: str | None = None,
+    origin: str | None = None,
 ) -> dict[str, Any]:
-    """The bundle for one request, with a checkpoint signed now (needs the audit key)."""
+    """The bundle for one request, with a checkpoint signed now (needs the audit key:
+    ``key_path`` and the log's ``origin`` come from the operation's context)."""
     answer = audit_request(session, request_id=request_id, source=source)
     pair = answer.pair
     refs: dict[str, int | None] = {
@@ -113,7 +113,9 @@ def build_bundle(
         )
     cited = {k: v for k, v in refs.items() if v is not None}
 
-    path = Path(key_path) if key_path else get_settings().signing_key_path
+    from registry.services.transparency import key_file  # a sibling service
+
+    path = key_file(key_path)
     if not path.exists():
         raise InvalidInput(f"no audit signing key at {path}: run `pairreg init`", field="key")
 
@@ -149,17 +151,21 @@ def build_bundle(
             "root": root,
         },
         "events": cited,
-        "log": _log_proofs(session, cited, str(path)),
+        "log": _log_proofs(session, cited, str(path), origin),
     }
     return bundle
 
 
-def _log_proofs(session: Session, cited: dict[str, int], key_path: str) -> dict[str, Any]:
+def _log_proofs(
+    session: Session, cited: dict[str, int], key_path: str, origin: str | None
+) -> dict[str, Any]:
     """The cited events' inclusion proofs in the log's Merkle tree, up to a C2SP
     checkpoint: each event checks in log2(n) hashes, however long the log."""
     from registry.services import transparency  # a sibling service
 
-    cp = transparency.sign_log_checkpoint(session, key_path=key_path, actor="system:bundle")
+    cp = transparency.sign_log_checkpoint(
+        session, key_path=key_path, origin=origin, actor="system:bundle"
+    )
     events = {}
     for seq in sorted(set(cited.values())):
         ev = session.get(AuditEvent, seq)

@@ -21,19 +21,19 @@ from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry.audit import append_event, lock_writes
 from registry.canonical import canonical_json, sha256_hex
 from registry.economics import schedule as ks
 from registry.errors import Conflict, InvalidInput, NotFound
-from registry.models import AcceptanceCurveRow, Measurement, Pair
-from registry.policy import settings_digest
-from registry.records_lifecycle import (
+from registry.governance.policy import settings_digest
+from registry.records.lifecycle import (
     AcceptanceCurve,
     CurveImportResult,
     CurvePoint,
     CurveProvenance,
 )
 from registry.refs import resolve_pair
+from registry.tables import AcceptanceCurveRow, Measurement, Pair
+from registry.trust.audit import append_event, lock_writes
 
 FORMAT = "pairreg-acceptance-curve/1"
 TOLERANCE = 1e-6

@@ -19,10 +19,10 @@ from pydantic import Field
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from registry import lifecycle
-from registry.audit import append_event, lock_writes
 from registry.errors import Conflict, Forbidden, InvalidInput, NotFound
-from registry.models import Deployment, DeploymentEvent, Measurement, Pair, Validation, utcnow
+from registry.governance import lifecycle
+from registry.governance.policy import section, settings_digest
+from registry.governance.timeline import live_event
 from registry.params import (
     Cursor,
     DeploymentName,
@@ -32,9 +32,8 @@ from registry.params import (
     Reason,
     Timestamp,
 )
-from registry.policy import section, settings_digest
-from registry.records import Page
-from registry.records_governance import (
+from registry.records.core import Page
+from registry.records.governance import (
     DeploymentEventRecord,
     DeploymentRecord,
     GateResult,
@@ -44,7 +43,8 @@ from registry.refs import deployment_named, resolve_deployment, resolve_pair
 from registry.services.base import page_query
 from registry.services.policies import load_policy
 from registry.services.validation import baseline_measurement, evaluate_gates, policy_settings
-from registry.timeline import live_event
+from registry.tables import Deployment, DeploymentEvent, Measurement, Pair, Validation, utcnow
+from registry.trust.audit import append_event, lock_writes
 
 
 def _check_name(name: str) -> str:
@@ -118,7 +118,7 @@ def to_record(session: Session, dep: Deployment, *, with_history: bool = False) 
 def pair_live_at(session: Session, deployment: str, at: datetime) -> Pair | None:
     """The pair deployment ``deployment`` served at instant ``at`` (None before the first
     promotion, or for an unknown deployment). A move takes effect at its event time
-    (``registry.timeline``: the rule ingest and request audits use too)."""
+    (``registry.governance.timeline``: the rule ingest and request audits use too)."""
     if at.tzinfo is None:
         raise InvalidInput("time must carry a timezone", field="at")
     dep = deployment_named(session, deployment)
@@ -326,7 +326,7 @@ def check_distinct_actors(
 
 
 def promotion_gates(
-    session: Session, pair: Pair, dep: Deployment
+    session: Session, pair: Pair, dep: Deployment, home_dir: str | None = None
 ) -> tuple[list[GateResult], Validation | None, list[str]]:
     """Re-check a pair for a deployment as things stand now: (gates, validation, refusals)."""
     pol = load_policy(session, dep.policy_name)
@@ -366,7 +366,12 @@ def promotion_gates(
             [f"policy {pol.name} changed its suite since validation {val.id}: validate again"],
         )
     gates = evaluate_gates(
-        session, pair, pol, m, baseline=baseline_measurement(session, dep, pair, pol)
+        session,
+        pair,
+        pol,
+        m,
+        baseline=baseline_measurement(session, dep, pair, pol),
+        home_dir=home_dir,
     )
     refusals = [
         f"gate {g.name}: required {g.required}, measured {g.measured}"
@@ -386,8 +391,10 @@ def promote(
     create: Annotated[bool, Field(description="Create the deployment if missing.")] = False,
     expect_version: ExpectVersion = None,
     actor: str,
+    home_dir: str | None = None,
 ) -> PromoteResult:
-    """Make ``ref`` the live pair of ``deployment`` if every gate passes right now."""
+    """Make ``ref`` the live pair of ``deployment`` if every gate passes right now
+    (``home_dir``, from the operation's context, holds the economics gates' profiles)."""
     reason = _check_reason(reason)
     lock_writes(session)
     pair = resolve_pair(session, ref)
@@ -403,7 +410,7 @@ def promote(
     if dep.current_pair_id == pair.id:
         raise Conflict(f"pair {pair.pair_digest[:12]} is already live on {dep.name}", field="ref")
     four_eyes = check_distinct_actors(session, pair, dep, actor)
-    gates, val, refusals = promotion_gates(session, pair, dep)
+    gates, val, refusals = promotion_gates(session, pair, dep, home_dir)
     if refusals:
         raise Conflict(
             f"promotion of {pair.pair_digest[:12]} to {dep.name} refused: " + "; ".join(refusals),

@@ -4,7 +4,7 @@ When a new version lands in a lineage that is the target of a validated or promo
 each such pair gets a *candidate*: same drafter and config, the new target. Its measurement
 is queued with the baseline's suite and settings; when the worker hands the numbers back,
 :func:`compare_for_drift` tests every category on the same prompts
-(:mod:`registry.drift_stats`) and opens a flag when a drop is both larger than the policy's
+(:mod:`registry.stats.drift`) and opens a flag when a drop is both larger than the policy's
 margin and significant after Holm correction. An open flag blocks promotion (the ``flags``
 gate) until it is acknowledged with a reason, or resolved (a retrained drafter for the same
 target passed validation, or a person resolved it). A changed file found by
@@ -23,20 +23,20 @@ from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry import lifecycle
-from registry.audit import append_event, lock_writes
-from registry.drift_stats import drift_test, severity
 from registry.errors import Conflict, InvalidInput, NotFound, PairregError
-from registry.models import Artifact, DriftFlag, Measurement, Pair, Validation, utcnow
+from registry.governance import lifecycle
 from registry.params import Cursor, Id, Limit, PolicyName, Reason
-from registry.records import Page, VerifyReport, from_row
-from registry.records_governance import DriftCheckResult, DriftFlagRecord
+from registry.records.core import Page, VerifyReport, from_row
+from registry.records.governance import DriftCheckResult, DriftFlagRecord
 from registry.refs import resolve_pair
 from registry.services import artifacts as artifacts_service
 from registry.services import jobs as jobs_service
 from registry.services.base import page_query
 from registry.services.pairs import create_pair_row, head_fit_errors
 from registry.services.policies import load_policy
+from registry.stats.drift import drift_test, severity
+from registry.tables import Artifact, DriftFlag, Measurement, Pair, Validation, utcnow
+from registry.trust.audit import append_event, lock_writes
 
 FLAG_STATES = ("open", "acknowledged", "resolved")
 FLAG_KINDS = ("drift", "integrity", "workload", "serving")
@@ -423,7 +423,9 @@ def get_flag(session: Session, *, id: Id) -> DriftFlagRecord:
     return _record(session, _flag(session, id))
 
 
-def _after_close(session: Session, flag: DriftFlag, actor: str) -> None:
+def _after_close(
+    session: Session, flag: DriftFlag, actor: str, home_dir: str | None = None
+) -> None:
     """A candidate whose last open flag closed leaves ``drifted``."""
     if flag.pair_id is None:
         return
@@ -447,12 +449,16 @@ def _after_close(session: Session, flag: DriftFlag, actor: str) -> None:
     if val is not None and val.measurement_id is not None:
         m = session.get(Measurement, val.measurement_id)
         pol = load_policy(session, val.policy_name, actor=actor)
-        if m is not None and all(g.passed for g in evaluate_gates(session, pair, pol, m)):
+        if m is not None and all(
+            g.passed for g in evaluate_gates(session, pair, pol, m, home_dir=home_dir)
+        ):
             event = "flags_cleared_valid"
     lifecycle.apply(session, pair, event, actor=actor, reason=f"flag {flag.id} {flag.state}")
 
 
-def _close(session: Session, id: int, state: str, reason: str, actor: str) -> DriftFlagRecord:
+def _close(
+    session: Session, id: int, state: str, reason: str, actor: str, home_dir: str | None
+) -> DriftFlagRecord:
     reason = (reason or "").strip()
     if not reason:
         raise InvalidInput("a reason is required", field="reason")
@@ -481,18 +487,24 @@ def _close(session: Session, id: int, state: str, reason: str, actor: str) -> Dr
             "artifact_id": flag.artifact_id,
         },
     )
-    _after_close(session, flag, actor)
+    _after_close(session, flag, actor, home_dir)
     return _record(session, flag)
 
 
-def ack_flag(session: Session, *, id: Id, reason: Reason, actor: str) -> DriftFlagRecord:
-    """Accept an open flag with a reason: it no longer blocks promotion."""
-    return _close(session, id, "acknowledged", reason, actor)
+def ack_flag(
+    session: Session, *, id: Id, reason: Reason, actor: str, home_dir: str | None = None
+) -> DriftFlagRecord:
+    """Accept an open flag with a reason: it no longer blocks promotion. (``home_dir``,
+    from the operation's context: the profiles a pair's gates are re-checked on.)"""
+    return _close(session, id, "acknowledged", reason, actor, home_dir)
 
 
-def resolve_flag(session: Session, *, id: Id, reason: Reason, actor: str) -> DriftFlagRecord:
-    """Close a flag because its cause is fixed (e.g. a retrained drafter was validated)."""
-    return _close(session, id, "resolved", reason, actor)
+def resolve_flag(
+    session: Session, *, id: Id, reason: Reason, actor: str, home_dir: str | None = None
+) -> DriftFlagRecord:
+    """Close a flag because its cause is fixed (e.g. a retrained drafter was validated).
+    (``home_dir`` as for :func:`ack_flag`.)"""
+    return _close(session, id, "resolved", reason, actor, home_dir)
 
 
 def resolve_by_retrained(session: Session, pair: Pair, validation_id: int, actor: str) -> None:

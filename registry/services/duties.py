@@ -7,7 +7,7 @@ workers sign their measurements with.
   Jobs that need it are claimed only by isolated workers (``registry.services.jobs``).
 * Worker keys: an admin registers an Ed25519 public key for a worker token; a result that
   worker signs is checked on arrival and stored with its signature, and
-  :func:`verify_measurement` (or :func:`registry.measurement_signing.verify_record`,
+  :func:`verify_measurement` (or :func:`registry.trust.measurement_signing.verify_record`,
   offline) checks it again at any time.
 """
 
@@ -19,18 +19,10 @@ from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry.audit import append_event, lock_writes
 from registry.errors import Conflict, InvalidInput, NotFound
-from registry.measurement_signing import (
-    check_signature,
-    fingerprint,
-    public_key_raw,
-    verify_record,
-)
-from registry.models import ApiToken, Measurement, Pair, RemoteCodeApproval, WorkerKey
 from registry.params import Id
-from registry.records import from_row
-from registry.records_governance import (
+from registry.records.core import from_row
+from registry.records.governance import (
     MeasurementVerification,
     RemoteCodeApprovalRecord,
     WorkerKeyRecord,
@@ -38,6 +30,14 @@ from registry.records_governance import (
 from registry.refs import resolve_artifact
 from registry.services.measurements import get_measurement
 from registry.services.tokens import TOKEN_ACTOR
+from registry.tables import ApiToken, Measurement, Pair, RemoteCodeApproval, WorkerKey
+from registry.trust.audit import append_event, lock_writes
+from registry.trust.measurement_signing import (
+    check_signature,
+    fingerprint,
+    public_key_raw,
+    verify_record,
+)
 
 ApprovalReason = Annotated[
     str, Field(min_length=1, max_length=500, description="Why these bytes may run (recorded).")
@@ -190,7 +190,7 @@ def check_result_signature(
 
 def verify_measurement(session: Session, *, id: Id) -> MeasurementVerification:
     """Check a measurement's stored signature against its worker's registered key, as an
-    offline verifier would (``registry.measurement_signing.verify_record``)."""
+    offline verifier would (``registry.trust.measurement_signing.verify_record``)."""
     record = get_measurement(session, id=id, prompts=True)
     row = session.get(Measurement, id)
     assert row is not None

@@ -15,14 +15,13 @@ from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from registry.artifacts.manifest import hash_file
 from registry.economics import facts as ef
 from registry.economics import hardware as hw_mod
 from registry.economics import model as em
 from registry.economics import schedule as ks
 from registry.errors import InvalidInput
-from registry.manifest import hash_file
-from registry.models import Artifact, Measurement, Pair
-from registry.records_economics import (
+from registry.records.economics import (
     EconomicsPoint,
     EconomicsReport,
     HardwareList,
@@ -30,9 +29,9 @@ from registry.records_economics import (
     MeasuredEconomics,
     PartFacts,
 )
-from registry.records_lifecycle import AcceptanceLengthRecord, KRange, KSchedule
+from registry.records.lifecycle import AcceptanceLengthRecord, KRange, KSchedule
 from registry.refs import resolve_pair
-from registry.settings import get_settings
+from registry.tables import Artifact, Measurement, Pair
 
 DEFAULT_BATCHES = (1, 8, 32, 128)
 DEFAULT_CONTEXT = 4096
@@ -41,17 +40,14 @@ FALLBACK_PROFILE = "h100-sxm"
 _FLOAT_TYPES = {"F64", "F32", "F16", "BF16"}
 
 
-def _home() -> Any:
-    return get_settings().home_dir
-
-
 def hardware_record(p: hw_mod.HardwareProfile) -> HardwareRecord:
     return HardwareRecord(**p.to_dict())
 
 
 def default_profile_name(home: Any = None) -> str:
-    """The measured profile of this machine when one was written, else the H100 SXM."""
-    profiles = hw_mod.load_profiles(_home() if home is None else home)
+    """The measured profile of this machine when one was written (in ``home``, the serving
+    process's own home from the operation's context), else the H100 SXM."""
+    profiles = hw_mod.load_profiles(home)
     return LOCAL_PROFILE if LOCAL_PROFILE in profiles else FALLBACK_PROFILE
 
 
@@ -60,7 +56,7 @@ def artifact_facts(art: Artifact) -> ef.EconomicFacts:
     data = (art.facts or {}).get("economics")
     if isinstance(data, dict):
         return ef.EconomicFacts.from_dict(data)
-    from registry.materialize import locate
+    from registry.artifacts.materialize import locate
     from registry.services.artifacts import to_record
 
     ref = f"{art.lineage}@v{art.version}"
@@ -261,11 +257,15 @@ def pair_economics(
     compare: Annotated[
         str | None, Field(description="Another pair to set beside this one.")
     ] = None,
+    home_dir: str | None = None,
 ) -> EconomicsReport:
     """Predicted speed-up, memory limits, break-even batch and cost per 1M tokens of a pair
-    on a hardware profile, with what its latest measurement timed at batch 1."""
+    on a hardware profile, with what its latest measurement timed at batch 1.
+
+    Profiles are the shipped ones plus those in ``home_dir`` (the serving process's home,
+    from the operation's context; None: shipped only)."""
     p = resolve_pair(session, pair)
-    profile = hw_mod.get_profile(hardware or default_profile_name(), _home())
+    profile = hw_mod.get_profile(hardware or default_profile_name(home_dir), home_dir)
     sizes = _batches(batch)
     args: dict[str, Any] = {
         "profile": profile,
@@ -286,10 +286,11 @@ def pair_economics(
     return report
 
 
-def list_hardware(session: Session) -> HardwareList:
-    """Every hardware profile: shipped (vendor datasheets), measured and the user's own."""
+def list_hardware(session: Session, *, home_dir: str | None = None) -> HardwareList:
+    """Every hardware profile: shipped (vendor datasheets), measured and the user's own
+    (in ``home_dir``, from the operation's context)."""
     del session
-    profiles = hw_mod.load_profiles(_home())
+    profiles = hw_mod.load_profiles(home_dir)
     return HardwareList(items=[hardware_record(p) for _, p in sorted(profiles.items())])
 
 
@@ -437,12 +438,13 @@ def k_schedule(
     category: Annotated[
         str | None, Field(description="Use one category's acceptance instead of overall.")
     ] = None,
+    home_dir: str | None = None,
 ) -> KSchedule:
     """The draft length that maximises predicted throughput at each batch size (0 where
     speculation loses), as vLLM's and TensorRT-LLM's batch-size schedules, with the
     prediction and the gain over the pair's fixed k beside each range."""
     p = resolve_pair(session, pair)
-    profile = hw_mod.get_profile(hardware or default_profile_name(), _home())
+    profile = hw_mod.get_profile(hardware or default_profile_name(home_dir), home_dir)
     return k_schedule_for(
         session, p, profile=profile, context=context, max_batch=max_batch, k_max=k_max,
         category=category,

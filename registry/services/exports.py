@@ -22,18 +22,18 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 from sqlalchemy.orm import Session
 
-from registry import speculators
+from registry.artifacts import speculators
+from registry.artifacts.manifest import hash_file
+from registry.artifacts.materialize import IntegrityError, locate, materialise
+from registry.artifacts.serving_config import declared_aux_layer_ids
 from registry.errors import InvalidInput, PairregError
-from registry.manifest import hash_file
-from registry.materialize import IntegrityError, locate, materialise
 from registry.methods import get_method
-from registry.models import Artifact, Deployment, Pair
-from registry.records_lifecycle import KSchedule
-from registry.records_requests import ExportResult, SpeculatorsExport
+from registry.records.lifecycle import KSchedule
+from registry.records.requests import ExportResult, SpeculatorsExport
 from registry.refs import resolve_deployment, resolve_pair
 from registry.services import serving as serving_svc
 from registry.services.artifacts import to_record as artifact_record
-from registry.serving_config import declared_aux_layer_ids
+from registry.tables import Artifact, Deployment, Pair
 
 ENGINES = ("vllm", "sglang")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -59,14 +59,12 @@ def _pinned(art: Artifact, role: str, state_dir: str | None) -> tuple[str, str |
 
 def _verified_local(art: Artifact, role: str, state_dir: str | None) -> str:
     """The local part's directory, re-checked against its manifest (with the stat cache in
-    ``state_dir``, the serving process's own, as a worker's); files that differ refuse the
-    export, naming them."""
-    from registry.settings import get_settings
-
+    ``state_dir``, the serving process's own, as a worker's; None: every file re-hashed);
+    files that differ refuse the export, naming them."""
     try:
         done = materialise(
             artifact_record(art, with_manifest=True),
-            state_dir=Path(state_dir) if state_dir else get_settings().cache_dir / "verified",
+            state_dir=Path(state_dir) if state_dir else None,
         )
     except IntegrityError as exc:
         raise InvalidInput(str(exc), field=role) from exc
@@ -194,8 +192,12 @@ def export_serving(
         int | None, Field(ge=1, le=4096, description="Largest batch size to schedule.")
     ] = None,
     state_dir: str | None = None,
+    home_dir: str | None = None,
 ) -> ExportResult:
-    """The engine's launch arguments for the pair live on ``deployment`` now."""
+    """The engine's launch arguments for the pair live on ``deployment`` now.
+
+    ``state_dir`` (the serving process's stat cache) and ``home_dir`` (its hardware
+    profiles) come from the operation's context, never from the caller."""
     if engine not in ENGINES:
         raise InvalidInput(f"engine must be one of {', '.join(ENGINES)}", field="engine")
     pair = _live_pair(session, deployment)
@@ -208,12 +210,12 @@ def export_serving(
     schedule = None
     if hardware is not None:
         from registry.economics.hardware import get_profile
-        from registry.services.economics import _home, k_schedule_for
+        from registry.services.economics import k_schedule_for
 
         # k_max is the pair's own k: the schedule only shortens or switches off what the
         # pair digest covers, so num_speculative_tokens stays the registered k.
         schedule = k_schedule_for(
-            session, pair, profile=get_profile(hardware, _home()), context=context,
+            session, pair, profile=get_profile(hardware, home_dir), context=context,
             max_batch=max_batch, k_max=int(pair.k),
         )  # fmt: skip
     dep = resolve_deployment(session, deployment)
@@ -296,7 +298,7 @@ def export_speculators(
     ``pairreg`` key that vLLM ignores, the target's 40-hex Hub commit, manifest digest and
     tokenizer digest, the pair digest and the pair's speculation config; the proposal
     methods are set from that config. The drafter's config.json is read from its local
-    copy and checked against its manifest first. ``registry.speculators.write_export``
+    copy and checked against its manifest first. ``registry.artifacts.speculators.write_export``
     writes the result (config.json plus the drafter's other files) to a directory.
     """
     p = resolve_pair(session, pair)

@@ -18,16 +18,16 @@ from pydantic import Field
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from registry.audit import append_event, lock_writes
 from registry.canonical import digest_of
 from registry.errors import Conflict, InvalidInput, NotFound
-from registry.models import Artifact, Job, Pair, Worker, utcnow
 from registry.params import Cursor, Id, LeaseSeconds, Limit, WorkerName
-from registry.records import Page, VerifyReport, from_row
-from registry.records_governance import JobRecord
+from registry.records.core import Page, VerifyReport, from_row
+from registry.records.governance import JobRecord
 from registry.services.artifacts import report_verification
 from registry.services.base import page_query
 from registry.services.tokens import TOKEN_ACTOR
+from registry.tables import Artifact, Job, Pair, Worker, utcnow
+from registry.trust.audit import append_event, lock_writes
 
 JOB_STATES = ("queued", "running", "done", "failed")
 JOB_KINDS = ("measure",)
@@ -307,10 +307,21 @@ def renew_lease(
     return to_record(job)
 
 
-def _finish_failed(session: Session, job: Job, error: str, actor: str) -> None:
+def finish_job(
+    session: Session,
+    job: Job,
+    *,
+    actor: str,
+    result: dict[str, Any] | None = None,
+    error: str | None = None,
+    payload: dict[str, Any],
+) -> None:
+    """Close a job as done (``result``) or failed (``error``), and audit it: the one place a
+    job leaves the running states, so done and failed keep the same bookkeeping."""
     now = utcnow()
-    job.state = "failed"
-    job.error = error[:4000]
+    job.state = "failed" if error is not None else "done"
+    job.result = result if error is None else job.result
+    job.error = error[:4000] if error is not None else None
     job.lease_expires_at = None
     job.finished_at = now
     job.updated_at = now
@@ -318,11 +329,15 @@ def _finish_failed(session: Session, job: Job, error: str, actor: str) -> None:
     append_event(
         session,
         actor=actor,
-        action="job.failed",
+        action=f"job.{job.state}",
         entity_type="job",
         entity_id=job.id,
-        payload={"error": job.error, "attempts": job.attempts},
+        payload=payload if error is None else {**payload, "error": job.error},
     )
+
+
+def _finish_failed(session: Session, job: Job, error: str, actor: str) -> None:
+    finish_job(session, job, actor=actor, error=error, payload={"attempts": job.attempts})
 
 
 def fail_job(

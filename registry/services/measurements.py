@@ -6,7 +6,7 @@ changed suite or runner is never mistaken for the old one, and when the policy's
 accepts how it was produced. Every measurement records its provenance: who stored it
 (``created_by``), how (``produced_via``: ``job`` for a worker under a job, ``local`` for the
 embedded registry's own user, ``http`` for a result self-reported over HTTP), the job, and a
-worker's signature when it signed (:mod:`registry.measurement_signing`).
+worker's signature when it signed (:mod:`registry.trust.measurement_signing`).
 """
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry.audit import append_event, lock_writes
 from registry.errors import InvalidInput, NotFound
-from registry.measurement_signing import clean
-from registry.models import Measurement, Pair
+from registry.governance.policy import MEASURING_ENGINES, measuring_engine, settings_digest
 from registry.params import Cursor, Id, Limit
-from registry.policy import MEASURING_ENGINES, measuring_engine, settings_digest
-from registry.records import Page, from_row
-from registry.records_governance import MeasurementRecord
+from registry.records.core import Page, from_row
+from registry.records.governance import MeasurementRecord
 from registry.refs import resolve_pair
 from registry.services.base import page_query
+from registry.tables import Measurement, Pair
+from registry.trust.audit import append_event, lock_writes
+from registry.trust.measurement_signing import clean
 
 _PROMPT_KEYS = ("id", "category")
 

@@ -5,7 +5,8 @@ A mapped version that an alias moves to (or, with no aliases configured, any new
 is registered through the ordinary ``add_artifact`` path, by content digest, with the
 MLflow model version as provenance: for a target lineage that is a target change like a
 Hub branch move (candidate pairs, re-measurement jobs, drift test), nothing specific to
-MLflow. The signature is checked before any of this (``registry.mlflow_hooks``); the files
+MLflow. The signature is checked before any of this
+(``registry.integrations.mlflow_hooks``); the files
 are fetched by the edge with the runner's MLflow client (the registry never imports mlflow)
 between :func:`plan_delivery` and :func:`record_delivery`.
 """
@@ -20,15 +21,15 @@ from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry.audit import append_event, lock_writes
 from registry.errors import Conflict, InvalidInput
-from registry.mlflow_hooks import MlflowDeliveryIn
-from registry.models import MlflowDelivery, MlflowSource
+from registry.integrations.mlflow_hooks import MlflowDeliveryIn
 from registry.params import Cursor, Limit
-from registry.records import Page, Provenance, from_row
-from registry.records_lifecycle import MlflowDeliveryRecord, MlflowSourceRecord
+from registry.records.core import Page, Provenance, from_row
+from registry.records.lifecycle import MlflowDeliveryRecord, MlflowSourceRecord
 from registry.services.artifacts import ROLES, add_artifact
 from registry.services.base import page_query
+from registry.tables import MlflowDelivery, MlflowSource
+from registry.trust.audit import append_event, lock_writes
 
 # The events that can register a version; others are remembered and ignored.
 ALIAS_EVENT = "model_version_alias.created"

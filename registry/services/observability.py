@@ -15,7 +15,7 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from registry.models import (
+from registry.tables import (
     AuditEvent,
     Deployment,
     DriftFlag,

@@ -3,7 +3,7 @@
 The rule, in one place: every request tag that carries spec-decode counters is one
 observation ``x = accepted / drafted`` for the (deployment, pair) that served it. Each such
 pair has a monitor (models/online.py) running the anytime-valid betting test of
-registry/online_stats.py for ``H0: mean per-request rate >= validated - tolerance``:
+registry/stats/online.py for ``H0: mean per-request rate >= validated - tolerance``:
 
 * ``watching`` → ``alarmed`` when the drop test's e-value reaches ``1 / level``: a
   ``workload`` flag opens on the pair with the evidence (or an open one is linked), and a
@@ -40,20 +40,10 @@ from pydantic import Field
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from registry import online_stats
 from registry.errors import InvalidInput
-from registry.models import (
-    Deployment,
-    DriftFlag,
-    OnlineBucket,
-    OnlineMonitor,
-    Pair,
-    TelemetrySample,
-    utcnow,
-)
+from registry.governance.policy import DEFAULTS
 from registry.params import DeploymentName, Timestamp
-from registry.policy import DEFAULTS
-from registry.records_online import (
+from registry.records.online import (
     OnlineAlpha,
     OnlineBucketRecord,
     OnlineMonitorRecord,
@@ -63,6 +53,16 @@ from registry.refs import resolve_deployment
 from registry.services import drift
 from registry.services.policies import policy_in_force
 from registry.services.telemetry import baseline_acceptance
+from registry.stats import online as online_stats
+from registry.tables import (
+    Deployment,
+    DriftFlag,
+    OnlineBucket,
+    OnlineMonitor,
+    Pair,
+    TelemetrySample,
+    utcnow,
+)
 
 BUCKET_SECONDS = 300
 MAX_BUCKET_ROWS = 20_000
@@ -162,10 +162,14 @@ def prepare(rows: Sequence[Observation]) -> list[Group]:
     return out
 
 
-def observe(session: Session, groups: Sequence[Group], *, actor: str) -> None:
-    """Feed freshly stored tags (their :func:`prepare` groups) to their monitors."""
+def observe(
+    session: Session, groups: Sequence[Group], *, actor: str, home_dir: str | None = None
+) -> None:
+    """Feed freshly stored tags (their :func:`prepare` groups) to their monitors
+    (``home_dir``: the serving process's home, where a recovered pair's gates find their
+    hardware profiles)."""
     for group in groups:
-        _observe_group(session, group, actor)
+        _observe_group(session, group, actor, home_dir)
 
 
 _request_id = attrgetter("request_id")
@@ -190,7 +194,7 @@ def _lock_monitor(session: Session, deployment_id: int, pair_id: int) -> None:
 _PG_MONITOR_LOCKS = 72_019_583
 
 
-def _observe_group(session: Session, group: Group, actor: str) -> None:
+def _observe_group(session: Session, group: Group, actor: str, home_dir: str | None) -> None:
     dep_id, pair_id, rows, starts, stamps = (
         group.deployment_id,
         group.pair_id,
@@ -269,7 +273,7 @@ def _observe_group(session: Session, group: Group, actor: str) -> None:
                 if step(recovery, 1.0 - x, 1.0 - reference) >= line:
                     sync()
                     mon.recovery_test = recovery.as_dict()
-                    _recover(session, mon, _pair(session, pair_id), r.served_at, actor)
+                    _recover(session, mon, _pair(session, pair_id), r.served_at, actor, home_dir)
                     drop, state = online_stats.BettingState(), mon.state
         sums[start] = [b_req, b_tested, b_drafted, b_accepted, b_rate, drop.log_wealth, state]
     for start, values in sums.items():
@@ -370,7 +374,14 @@ def _alarm(
     mon.flag_id = flag.id
 
 
-def _recover(session: Session, mon: OnlineMonitor, pair: Pair, at: datetime, actor: str) -> None:
+def _recover(
+    session: Session,
+    mon: OnlineMonitor,
+    pair: Pair,
+    at: datetime,
+    actor: str,
+    home_dir: str | None,
+) -> None:
     recovery = online_stats.BettingState.from_dict(mon.recovery_test)
     evidence = _evidence(mon, recovery)
     flag = session.get(DriftFlag, mon.flag_id) if mon.flag_id else None
@@ -385,6 +396,7 @@ def _recover(session: Session, mon: OnlineMonitor, pair: Pair, at: datetime, act
                 f"{evidence['e_value']:.3g} >= 1/{mon.level:g}) at {at.isoformat()}"
             ),
             actor=actor,
+            home_dir=home_dir,
         )
     mon.state = "watching"
     mon.recovery_test = None

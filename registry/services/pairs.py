@@ -14,11 +14,12 @@ from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry import lifecycle, tokenizer_compat
-from registry.audit import append_event, lock_writes
+from registry.artifacts import tokenizer_compat
+from registry.artifacts.manifest import hash_file
+from registry.artifacts.tokenizer_digest import TokenizerDigestError, load_vocab
 from registry.canonical import digest_of
 from registry.errors import InvalidInput
-from registry.manifest import hash_file
+from registry.governance import lifecycle
 from registry.methods import (
     ACCEPTANCE_RULES,
     DTYPES,
@@ -31,9 +32,8 @@ from registry.methods import (
     normalise_tree,
 )
 from registry.methods.base import check_int, check_number, reads_hidden_size
-from registry.models import Artifact, Pair
 from registry.params import Cursor, Limit, Reason
-from registry.records import (
+from registry.records.core import (
     Page,
     PairProposal,
     PairRecord,
@@ -44,7 +44,8 @@ from registry.records import (
 from registry.refs import resolve_artifact, resolve_pair
 from registry.services.artifacts import to_record as artifact_record
 from registry.services.base import page_query
-from registry.tokenizer_digest import TokenizerDigestError, load_vocab
+from registry.tables import Artifact, Pair
+from registry.trust.audit import append_event, lock_writes
 
 # Keys `--set` accepts, with their defaults; everything in the digest is listed here.
 COMMON_DEFAULTS: dict[str, Any] = {

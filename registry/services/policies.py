@@ -12,14 +12,19 @@ from pydantic import Field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from registry.audit import append_event, lock_writes
 from registry.errors import NotFound
-from registry.models import Policy
+from registry.governance.policy import (
+    DEFAULT_POLICY_NAME,
+    default_policy_text,
+    parse_policy,
+    policy_digest,
+)
 from registry.params import Cursor, Limit
-from registry.policy import DEFAULT_POLICY_NAME, default_policy_text, parse_policy, policy_digest
-from registry.records import Page, from_row
-from registry.records_governance import PolicyPutResult, PolicyRecord
+from registry.records.core import Page, from_row
+from registry.records.governance import PolicyPutResult, PolicyRecord
 from registry.services.base import page_query
+from registry.tables import Policy
+from registry.trust.audit import append_event, lock_writes
 
 DEFAULT_POLICY = DEFAULT_POLICY_NAME
 

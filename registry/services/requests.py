@@ -6,10 +6,10 @@ Ingest of one batch, in one transaction:
 2. work out the pair live on each tag's deployment at its ``served_at`` from the deployment's
    event history (read once per deployment per batch, then a binary search per tag); a tag
    without a digest gets that pair, a tag whose digest differs is stored as *inconsistent*;
-3. digest each tag (``registry.tag_encoding``: the canonical bytes without a dict per tag);
+3. digest each tag (``registry.requests.encoding``: the canonical bytes without a dict per tag);
    the same id twice in the batch with different content keeps the first and reports the
    other as a conflict;
-4. store the new ids and their tags (``registry.tag_store``: on PostgreSQL a bulk ``COPY``,
+4. store the new ids and their tags (``registry.requests.store``: on PostgreSQL a bulk ``COPY``,
    or a staging table and one set-based statement); an id already recorded with the same
    digest is a retry (no-op), with a different digest that one tag is reported as a conflict
    and every other tag is stored;
@@ -22,7 +22,7 @@ them (``token:<name>`` over HTTP, ``local:<user>`` embedded): the stored key is
 clash with, an id another client sends; a clash within one source is that source's own
 conflict, reported per tag and never a reason to refuse the rest of the batch.
 
-No log-wide lock: the event is queued for the audit sequencer (``registry.audit``), so
+No log-wide lock: the event is queued for the audit sequencer (``registry.trust.audit``), so
 batches from many clients insert in parallel; batches feeding the same online monitor take
 that monitor's lock in turn (``registry.services.online``). Ids are inserted sorted, so two
 batches sharing ids lock them in the same order and cannot deadlock.
@@ -43,24 +43,11 @@ from pydantic import Field, TypeAdapter, ValidationError
 from sqlalchemy import and_, bindparam, case, func, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
-from registry import tag_store
-from registry.audit import append_event
-from registry.bundle_verify import format_time, merkle_root
 from registry.canonical import digest_of
 from registry.errors import Conflict, InvalidInput, NotFound
-from registry.gc_pause import gc_paused
-from registry.models import (
-    Deployment,
-    DeploymentEvent,
-    DriftFlag,
-    Pair,
-    RequestBatch,
-    RequestId,
-    RequestTag,
-    Validation,
-)
+from registry.governance.timeline import live_event, load_timelines
 from registry.params import Limit, RequestCursor, Timestamp
-from registry.records_requests import (
+from registry.records.requests import (
     MAX_BATCH,
     DecodedTags,
     IngestResult,
@@ -72,13 +59,26 @@ from registry.records_requests import (
     TagIn,
 )
 from registry.refs import resolve_deployment, resolve_pair
+from registry.requests import store as tag_store
+from registry.requests.encoding import json_string, tag_json, time_texts, validated_counters_json
+from registry.requests.gc_pause import gc_paused
+from registry.requests.store import Row
 from registry.services import online
 from registry.services.artifacts import to_record as artifact_record
 from registry.services.base import check_limit
 from registry.services.pairs import to_record as pair_record
-from registry.tag_encoding import json_string, tag_json, time_texts, validated_counters_json
-from registry.tag_store import Row
-from registry.timeline import live_event, load_timelines
+from registry.tables import (
+    Deployment,
+    DeploymentEvent,
+    DriftFlag,
+    Pair,
+    RequestBatch,
+    RequestId,
+    RequestTag,
+    Validation,
+)
+from registry.trust.audit import append_event
+from registry.trust.bundle_verify import format_time, merkle_root
 
 _CHUNK = 5000  # ids per IN (...) list; SQLite's variable limit is 32766
 _SOURCE_MAX = 120  # request_ids.source
@@ -260,13 +260,21 @@ def ingest_requests(
     *,
     tags: Annotated[list[TagIn] | list[dict[str, Any]], Field(union_mode="left_to_right")],
     actor: str,
+    home_dir: str | None = None,
 ) -> IngestResult:
-    """Store a batch of tags; the same tags again change nothing (see the module docstring)."""
+    """Store a batch of tags; the same tags again change nothing (see the module docstring).
+    ``home_dir`` (from the operation's context) is where the online monitors re-check a
+    recovered pair's economics gates."""
     with gc_paused():  # the batch's objects all live until it ends: nothing to collect
-        return _ingest(session, tags, actor)
+        return _ingest(session, tags, actor, home_dir)
 
 
-def _ingest(session: Session, tags: Sequence[TagIn | dict[str, Any]], actor: str) -> IngestResult:
+def _ingest(
+    session: Session,
+    tags: Sequence[TagIn | dict[str, Any]],
+    actor: str,
+    home_dir: str | None = None,
+) -> IngestResult:
     parsed = _parse_tags(tags)
     source = source_of(actor)
     if not parsed:
@@ -331,7 +339,7 @@ def _ingest(session: Session, tags: Sequence[TagIn | dict[str, Any]], actor: str
         )
     )
     # Online acceptance: each monitor's lock orders the concurrent batches feeding it.
-    online.observe(session, observed, actor=actor)
+    online.observe(session, observed, actor=actor, home_dir=home_dir)
     return IngestResult(
         received=len(parsed),
         stored=len(stored),
@@ -683,7 +691,7 @@ def maintain_partitions(session: Session, *, ahead: int = 3) -> dict[str, Any]:
             "default_rows": 0,
             "detail": "SQLite stores request tags in one table: nothing to do",
         }
-    from registry import tag_partitions
+    from registry.requests import partitions as tag_partitions
 
     conn = session.connection()
     created = tag_partitions.ensure_months(conn, before=0, ahead=ahead)

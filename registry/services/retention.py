@@ -10,7 +10,7 @@ that long), configurable upwards. Nothing deletes a record younger than that:
 * audit events are never deleted at all (append-only; their retention is a floor).
 
 :func:`archive_requests` writes whole ingest batches served before a date to a
-self-describing archive (registry.request_archive), reads it back and verifies it, and only
+self-describing archive (registry.requests.archive), reads it back and verifies it, and only
 then — with ``purge`` and a date past retention — deletes those rows and drops partitions
 that no longer hold anything, recording a ``requests.archived`` audit event either way.
 """
@@ -29,12 +29,13 @@ from pydantic import Field
 from sqlalchemy import delete, func, select, text
 from sqlalchemy.orm import Session
 
-from registry import audit, audit_tree, request_archive, tag_partitions
-from registry.audit import append_event
-from registry.bundle_verify import format_time, merkle_root
+from registry.artifacts.manifest import hash_file
 from registry.canonical import canonical_json
 from registry.errors import Conflict, InvalidInput, NotFound
-from registry.models import (
+from registry.records.trust import ArchiveResult, RetentionKind, RetentionRecord
+from registry.requests import archive as request_archive
+from registry.requests import partitions as tag_partitions
+from registry.tables import (
     AuditEvent,
     Deployment,
     Pair,
@@ -44,7 +45,9 @@ from registry.models import (
     RetentionPolicy,
     utcnow,
 )
-from registry.records_trust import ArchiveResult, RetentionKind, RetentionRecord
+from registry.trust import audit, audit_tree
+from registry.trust.audit import append_event
+from registry.trust.bundle_verify import format_time, merkle_root
 
 MIN_MONTHS = 6
 KINDS = ("request_tags", "audit_events")
@@ -208,6 +211,7 @@ def archive_requests(
     directory: str,
     purge: bool = False,
     key_path: str | None = None,
+    origin: str | None = None,
     actor: str,
 ) -> ArchiveResult:
     """Archive every whole ingest batch served before ``before`` into ``directory`` (a new
@@ -228,7 +232,7 @@ def archive_requests(
         raise NotFound(f"no whole ingest batch was served before {before}", field="before")
 
     # The checkpoint the ingest events will be proven against (signed if not yet).
-    cp = transparency.sign_log_checkpoint(session, key_path=key_path, actor=actor)
+    cp = transparency.sign_log_checkpoint(session, key_path=key_path, origin=origin, actor=actor)
     batches = {
         b.id: b for b in session.scalars(select(RequestBatch).where(RequestBatch.id.in_(batch_ids)))
     }
@@ -270,7 +274,7 @@ def archive_requests(
     files = {}
     for name in (request_archive.REQUESTS, request_archive.BATCHES, request_archive.CHECKPOINT):
         path = out / name
-        files[name] = {"sha256": request_archive.file_sha256(path), "bytes": path.stat().st_size}
+        files[name] = {"sha256": hash_file(path).sha256, "bytes": path.stat().st_size}
     manifest = {
         "format": request_archive.FORMAT,
         "created_at": format_time(utcnow()),
@@ -366,10 +370,18 @@ def _purge(session: Session, batch_ids: list[int], cutoff: datetime) -> list[str
 
 
 def get_archived_request(
-    session: Session, *, directory: str, request_id: str, trusted_key: str | None = None
+    session: Session,
+    *,
+    directory: str,
+    request_id: str,
+    trusted_key: str | None = None,
+    key_path: str | None = None,
+    origin: str | None = None,
 ) -> dict[str, Any]:
     """Reconstruct an archived request from its archive (verified whole first), with the
-    pair that served it as the registry still records it."""
+    pair that served it as the registry still records it. Without ``trusted_key`` the
+    archive is pinned to this registry's own log key (beside ``key_path``, from the
+    operation's context)."""
     from registry.services.requests import pair_with_manifests
 
     out = Path(directory)
@@ -377,7 +389,7 @@ def get_archived_request(
         # The registry knows its own log's key: the archive is pinned to it.
         from registry.services.transparency import published_verifier
 
-        own = published_verifier()
+        own = published_verifier(key_path, origin)
         trusted_key = own.vkey if own is not None else None
     try:
         found = request_archive.find_request(out, request_id, trusted_log_key=trusted_key)

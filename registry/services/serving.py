@@ -32,10 +32,18 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry.audit import append_event
+from registry.artifacts.serving_config import (
+    aux_layer_ids,
+    chat_template_digest,
+    declared_aux_layer_ids,
+    default_aux_layer_ids,
+)
 from registry.errors import InvalidInput, PairregError
 from registry.methods import get_method
-from registry.models import (
+from registry.records.governance import GateResult
+from registry.records.requests import ServingCheck, ServingDifference
+from registry.services.drift import open_flag
+from registry.tables import (
     Artifact,
     Deployment,
     DeploymentEvent,
@@ -44,15 +52,7 @@ from registry.models import (
     Pair,
     Validation,
 )
-from registry.records_governance import GateResult
-from registry.records_requests import ServingCheck, ServingDifference
-from registry.services.drift import open_flag
-from registry.serving_config import (
-    aux_layer_ids,
-    chat_template_digest,
-    declared_aux_layer_ids,
-    default_aux_layer_ids,
-)
+from registry.trust.audit import append_event
 
 # the fields of a measurement's serving_config a deployment checks, in report order
 CHECKED = ("method", "k", "dtype", "acceptance", "chat_template_digest", "eagle3_aux_layer_ids")

@@ -11,11 +11,11 @@ from pathlib import Path
 from sqlalchemy import func, select
 
 from registry import db
-from registry.audit import ensure_signing_key
 from registry.db import session_scope
-from registry.models import ApiToken
 from registry.services.tokens import create_token
 from registry.settings import Settings
+from registry.tables import ApiToken
+from registry.trust.audit import ensure_signing_key
 
 ADMIN_TOKEN_NAME = "admin"
 

@@ -31,9 +31,13 @@ from pydantic import Field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from registry.audit import lock_writes
 from registry.errors import InvalidInput
-from registry.models import (
+from registry.records.requests import TelemetryResult
+from registry.refs import resolve_deployment
+from registry.services import serving
+from registry.services.drift import open_flag
+from registry.services.policies import policy_in_force
+from registry.tables import (
     DeploymentEvent,
     DriftFlag,
     Measurement,
@@ -41,11 +45,7 @@ from registry.models import (
     TelemetrySample,
     Validation,
 )
-from registry.records_requests import TelemetryResult
-from registry.refs import resolve_deployment
-from registry.services import serving
-from registry.services.drift import open_flag
-from registry.services.policies import policy_in_force
+from registry.trust.audit import lock_writes
 
 COUNTERS = {
     "vllm:spec_decode_num_drafts": "num_drafts",

@@ -12,13 +12,13 @@ from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry.audit import append_event, lock_writes
 from registry.errors import Conflict, Forbidden, InvalidInput, NotFound, Unauthorized
-from registry.models import ApiToken, utcnow
+from registry.governance.roles import ROLES, Duty, TokenRole, capabilities, holds
 from registry.params import Cursor, Limit
-from registry.records import Identity, Page, TokenCreated, TokenRecord, from_row
-from registry.roles import ROLES, Duty, TokenRole, capabilities, holds
+from registry.records.core import Identity, Page, TokenCreated, TokenRecord, from_row
 from registry.services.base import page_query
+from registry.tables import ApiToken, utcnow
+from registry.trust.audit import append_event, lock_writes
 
 TOKEN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 _NAME = re.compile(TOKEN_NAME_PATTERN)

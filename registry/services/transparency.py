@@ -1,6 +1,6 @@
 """The audit log as a transparency log: inclusion and consistency proofs, C2SP checkpoints.
 
-Proofs are computed from the stored subtrees (registry.audit_tree), so they cost the same
+Proofs are computed from the stored subtrees (registry.trust.audit_tree), so they cost the same
 at a million events as at a hundred. A checkpoint is signed only after the log has checked
 that it extends the newest checkpoint it signed before (a consistency proof from the stored
 tree) and that every leaf added since matches its event: a log must never sign two
@@ -23,16 +23,15 @@ from pydantic import Field
 from sqlalchemy import event, select
 from sqlalchemy.orm import Session
 
-from registry import audit, audit_tree, merkle, signed_note
 from registry.errors import Conflict, InvalidInput, NotFound
-from registry.models import AuditEvent, AuditLeaf, LogCheckpoint, utcnow
-from registry.records_trust import (
+from registry.records.trust import (
     ConsistencyProofRecord,
     InclusionProofRecord,
     LogCheckpointRecord,
     TreeVerifyResult,
 )
-from registry.settings import get_settings
+from registry.tables import AuditEvent, AuditLeaf, LogCheckpoint, utcnow
+from registry.trust import audit, audit_tree, merkle, signed_note
 
 logger = logging.getLogger("pairreg.transparency")
 
@@ -109,41 +108,57 @@ def prove_consistency(
 # --- checkpoints ------------------------------------------------------------------------
 
 
-def log_origin(public: bytes) -> str:
-    configured = get_settings().log_origin
+def log_origin(public: bytes, configured: str | None = None) -> str:
+    """The checkpoints' origin line: the one configured (``origin`` in the operation's
+    context, from the serving process's settings), else named by the log's public key."""
     if configured:
         return signed_note.check_name(configured)
     return f"pairreg/audit/{hashlib.sha256(public).hexdigest()[:16]}"
 
 
-def _log_key(key_path: str | None) -> tuple[Ed25519PrivateKey, signed_note.Verifier]:
-    path = Path(key_path) if key_path else get_settings().signing_key_path
+def key_file(key_path: str | None) -> Path:
+    """The log's signing key: the one the operation's context names (the serving process's
+    own, for every declared operation); only a direct caller that names none (a script, a
+    test) gets the configured home's."""
+    if key_path:
+        return Path(key_path)
+    from registry.settings import get_settings
+
+    return get_settings().signing_key_path
+
+
+def _log_key(
+    key_path: str | None, origin: str | None
+) -> tuple[Ed25519PrivateKey, signed_note.Verifier]:
+    path = key_file(key_path)
     if not path.exists():
         raise InvalidInput(f"no signing key at {path}: run `pairreg init`", field="key")
     key = audit.load_private_key(path)
-    return key, log_verifier(key.public_key())
+    return key, log_verifier(key.public_key(), origin)
 
 
-def log_verifier(public_key: Ed25519PublicKey) -> signed_note.Verifier:
+def log_verifier(public_key: Ed25519PublicKey, origin: str | None = None) -> signed_note.Verifier:
     """The log's checkpoint key: named by the origin, Ed25519 (0x01)."""
     raw = signed_note.raw_public(public_key)
-    return signed_note.Verifier(log_origin(raw), signed_note.ED25519, raw)
+    return signed_note.Verifier(log_origin(raw, origin), signed_note.ED25519, raw)
 
 
 def _key_dir(key_path: str | None) -> Path:
     """Where the log's keys (and the copies kept outside the database) live: beside the
-    signing key the operation's context names, else the configured home's."""
-    return (Path(key_path) if key_path else get_settings().signing_key_path).parent
+    signing key the operation's context names."""
+    return key_file(key_path).parent
 
 
-def published_verifier(key_path: str | None = None) -> signed_note.Verifier | None:
+def published_verifier(
+    key_path: str | None = None, origin: str | None = None
+) -> signed_note.Verifier | None:
     """The log's verifier from the public key file written at ``pairreg init`` beside the
-    signing key (``audit-signing.pub``)."""
-    path = Path(key_path).with_suffix(".pub") if key_path else get_settings().public_key_path
+    signing key ``key_path`` (``audit-signing.pub``)."""
+    path = key_file(key_path).with_suffix(".pub")
     if not path.exists():
         return None
     pub = serialization.load_pem_public_key(path.read_bytes())
-    return log_verifier(pub) if isinstance(pub, Ed25519PublicKey) else None
+    return log_verifier(pub, origin) if isinstance(pub, Ed25519PublicKey) else None
 
 
 # --- the newest signed checkpoint, kept outside the database too -------------------------
@@ -161,8 +176,7 @@ def _keep_outside(session: Session, key_path: str | None, note: str) -> None:
     so that someone who can rewrite the database, checkpoints table included, but not the
     key's directory, cannot make the log forget what it signed. A copy that cannot be
     written is logged, not fatal: the database row is the checkpoint of record."""
-    key_dir = (Path(key_path) if key_path else get_settings().signing_key_path).parent
-    path = _outside_path(session, key_dir)
+    path = _outside_path(session, _key_dir(key_path))
     # After the commit only: a checkpoint whose row was rolled back was never signed.
     event.listen(session, "after_commit", lambda _s: _write_note(path, note), once=True)
 
@@ -303,8 +317,7 @@ def _outside_checkpoint(
 
 
 def _read_outside(session: Session, key_path: str | None = None) -> str | None:
-    key_dir = (Path(key_path) if key_path else get_settings().signing_key_path).parent
-    path = _outside_path(session, key_dir)
+    path = _outside_path(session, _key_dir(key_path))
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -342,11 +355,14 @@ def _check_new_leaves(session: Session, after: int, size: int) -> None:
 
 
 def sign_log_checkpoint(
-    session: Session, *, key_path: str | None = None, actor: str
+    session: Session, *, key_path: str | None = None, origin: str | None = None, actor: str
 ) -> LogCheckpointRecord:
     """Sign a C2SP checkpoint of the whole log as it stands, after proving it extends the
-    newest checkpoint signed before. Signing the same size again returns that checkpoint."""
-    key, verifier = _log_key(key_path)
+    newest checkpoint signed before. Signing the same size again returns that checkpoint.
+
+    ``key_path`` and ``origin`` come from the operation's context (the serving process's
+    own key and configured origin), never from the caller."""
+    key, verifier = _log_key(key_path, origin)
     audit.integrate(session)  # the sequencer first: sign every event committed by now
     audit.lock_checkpoints(session)
     size = audit_tree.tree_size(session)
@@ -416,6 +432,7 @@ def get_log_checkpoint(
     *,
     tree_size: Annotated[int | None, Field(ge=0)] = None,
     key_path: str | None = None,
+    origin: str | None = None,
 ) -> LogCheckpointRecord:
     """The newest signed checkpoint (or the one at ``tree_size``), as a witness fetches it."""
     stmt = select(LogCheckpoint)
@@ -425,7 +442,7 @@ def get_log_checkpoint(
     if row is None:
         what = f"at size {tree_size}" if tree_size is not None else "yet"
         raise NotFound(f"no checkpoint signed {what}", field="tree_size")
-    verifier = published_verifier(key_path)
+    verifier = published_verifier(key_path, origin)
     return _record(row, verifier.vkey if verifier else "", created=False)
 
 
@@ -436,6 +453,7 @@ def verify_audit_log(
     witness_keys: list[str] | None = None,
     incremental: bool = False,
     key_path: str | None = None,
+    origin: str | None = None,
 ) -> TreeVerifyResult:
     """Recompute the log's tree from the events and compare it with every checkpoint the
     log signed (fails on any divergence, naming where); with a checkpoint note (e.g. one a
@@ -447,7 +465,7 @@ def verify_audit_log(
     stored tree still has that checkpoint's root; every signed checkpoint is compared either
     way. An edit to an older event's row that leaves the tree alone is found only by a full
     run (or by that event's inclusion proof failing)."""
-    verifier = published_verifier(key_path)
+    verifier = published_verifier(key_path, origin)
     marker = _verified_marker(session, verifier, key_path) if incremental else None
     after = marker.size if marker is not None else 0
     audit.integrate(session)

@@ -35,14 +35,9 @@ from pydantic import Field
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from registry import lifecycle, roles
-from registry.audit import append_event
 from registry.errors import InvalidInput, NotFound, PairregError
-from registry.measurement_signing import statement
-from registry.model_signature import signer_refusal
-from registry.models import Deployment, DriftFlag, Job, Measurement, Pair, Policy, Validation
-from registry.params import Cursor, Id, Limit
-from registry.policy import (
+from registry.governance import lifecycle, roles
+from registry.governance.policy import (
     MEASURING_ENGINES,
     applicable_policy_name,
     category_floor,
@@ -53,8 +48,9 @@ from registry.policy import (
     section,
     settings_digest,
 )
-from registry.records import Page, from_row
-from registry.records_governance import GateResult, ValidateResult, ValidationRecord
+from registry.params import Cursor, Id, Limit
+from registry.records.core import Page, from_row
+from registry.records.governance import GateResult, ValidateResult, ValidationRecord
 from registry.refs import resolve_deployment, resolve_pair
 from registry.services import jobs as jobs_service
 from registry.services.base import page_query
@@ -64,6 +60,10 @@ from registry.services.policies import _store as store_policy
 from registry.services.policies import load_policy
 from registry.services.serving import serving_config_gate
 from registry.services.tokens import require_duty
+from registry.tables import Deployment, DriftFlag, Job, Measurement, Pair, Policy, Validation
+from registry.trust.audit import append_event
+from registry.trust.measurement_signing import statement
+from registry.trust.model_signature import signer_refusal
 
 DECLARED_TARGET_WARNING = "drafter declares intended target"
 POLICY_TEXT_RULE = "policy text is stored only by policy authors"
@@ -144,15 +144,20 @@ def signature_gate(policy: dict[str, Any], pair: Pair) -> GateResult | None:
 
 
 def economics_gates(
-    session: Session, pair: Pair, policy: dict[str, Any], m: Measurement
+    session: Session,
+    pair: Pair,
+    policy: dict[str, Any],
+    m: Measurement,
+    home_dir: str | None = None,
 ) -> list[GateResult]:
-    """The ``[economics]`` gates (none when the policy sets none)."""
+    """The ``[economics]`` gates (none when the policy sets none), on the policy's hardware
+    profile: shipped, or in ``home_dir`` (the serving process's home, from the operation's
+    context; None: shipped only)."""
     if not economics_gated(policy):
         return []
     from registry.economics.hardware import get_profile
     from registry.economics.model import DEFAULT_MEMORY_FRACTION
     from registry.services.economics import build_report
-    from registry.settings import get_settings
 
     econ = policy["economics"]
     floors = {int(b): float(v) for b, v in econ["min_speedup"].items()}
@@ -161,7 +166,7 @@ def economics_gates(
         report = build_report(
             session,
             pair,
-            profile=get_profile(econ["hardware"], get_settings().home_dir),
+            profile=get_profile(econ["hardware"], home_dir),
             batches=sorted(floors) or [1],
             context=int(econ["context"]),
             price=econ["price_per_hour"] or None,
@@ -304,6 +309,7 @@ def evaluate_gates(
     m: Measurement,
     *,
     baseline: Measurement | None = None,
+    home_dir: str | None = None,
 ) -> list[GateResult]:
     p = policy.parsed
     gates: list[GateResult] = [trust_gate(p, m)]
@@ -388,7 +394,7 @@ def evaluate_gates(
                 detail=mismatch[0] if mismatch else None,
             )
         )
-    gates += economics_gates(session, pair, p, m)
+    gates += economics_gates(session, pair, p, m, home_dir)
     gates.append(serving_config_gate(pair, m))
     flags = open_flags(session, pair)
     gates.append(
@@ -415,9 +421,15 @@ def record_validation(
     *,
     deployment: Deployment | None,
     actor: str,
+    home_dir: str | None = None,
 ) -> Validation:
     gates = evaluate_gates(
-        session, pair, policy, m, baseline=baseline_measurement(session, deployment, pair, policy)
+        session,
+        pair,
+        policy,
+        m,
+        baseline=baseline_measurement(session, deployment, pair, policy),
+        home_dir=home_dir,
     )
     passed = all(g.passed for g in gates)
     row = Validation(
@@ -531,13 +543,15 @@ def validate_pair(
         Literal["cpu", "cuda"] | None, Field(description="Only a worker on this device measures.")
     ] = None,
     actor: str,
+    home_dir: str | None = None,
 ) -> ValidateResult:
     """Validate now from a matching stored measurement, or queue the measurement job.
 
     The policy is ``policy_text`` (stored first), else ``policy`` by name, else the
     deployment's policy, else ``default``. ``runner_version``/``suite_digest`` name what the
     caller's runner would measure with; when given, only a measurement that matches them is
-    reused.
+    reused. ``home_dir`` (from the operation's context) holds the serving process's
+    hardware profiles for the economics gates.
     """
     pair = resolve_pair(session, ref)
     dep = _deployment(session, deployment)
@@ -576,7 +590,9 @@ def validate_pair(
         else None
     )
     if m is not None:
-        val = record_validation(session, pair, pol, m, deployment=dep, actor=actor)
+        val = record_validation(
+            session, pair, pol, m, deployment=dep, actor=actor, home_dir=home_dir
+        )
         return ValidateResult(
             state="done", validation=to_record(val, pair.pair_digest), pair_status=pair.status
         )
@@ -600,9 +616,14 @@ def validate_pair(
 
 
 def complete_measure(
-    session: Session, job: Job, result: dict[str, Any], actor: str
+    session: Session,
+    job: Job,
+    result: dict[str, Any],
+    actor: str,
+    home_dir: str | None = None,
 ) -> dict[str, Any]:
-    """A measure job finished: store the numbers, then its follow-ups (drift, validation)."""
+    """A measure job finished: store the numbers, then its follow-ups (drift, validation;
+    ``home_dir`` for the economics gates' hardware profiles)."""
     from registry.services import drift as drift_service  # drift imports this module
 
     args = job.args
@@ -658,7 +679,9 @@ def complete_measure(
     if follow:
         pol = load_policy(session, follow["policy"], actor=actor)
         dep = _deployment(session, follow.get("deployment"))
-        val = record_validation(session, pair, pol, m, deployment=dep, actor=actor)
+        val = record_validation(
+            session, pair, pol, m, deployment=dep, actor=actor, home_dir=home_dir
+        )
         outcome["validation_id"] = val.id
         outcome["passed"] = val.passed
     return outcome

@@ -12,11 +12,11 @@ import re
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from registry import hub
-from registry.models import Artifact, Lineage
-from registry.records import Provenance
-from registry.records_governance import WatchResult
+from registry.artifacts import hub
+from registry.records.core import Provenance
+from registry.records.governance import WatchResult
 from registry.services.artifacts import add_artifact
+from registry.tables import Artifact, Lineage
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 

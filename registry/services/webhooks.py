@@ -1,5 +1,6 @@
 """Outgoing webhook subscriptions (admin only): create, list, show, disable, and the
-deliveries with every attempt. Enqueueing and delivery live in ``registry.webhooks``."""
+deliveries with every attempt. Enqueueing and delivery live in
+``registry.integrations.webhooks``."""
 
 from __future__ import annotations
 
@@ -14,19 +15,19 @@ from pydantic import Field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from registry.audit import append_event, lock_writes
 from registry.errors import Conflict, InvalidInput, NotFound
-from registry.models import WebhookAttempt, WebhookDelivery, WebhookEvent, WebhookSubscription
+from registry.integrations.webhooks import EVENT_TYPES, SECRET_PREFIX, message_id, new_secret
 from registry.params import Cursor, Limit
-from registry.records import Page
-from registry.records_lifecycle import (
+from registry.records.core import Page
+from registry.records.lifecycle import (
     WebhookAttemptRecord,
     WebhookCreated,
     WebhookDeliveryRecord,
     WebhookRecord,
 )
 from registry.services.base import page_query
-from registry.webhooks import EVENT_TYPES, SECRET_PREFIX, message_id, new_secret
+from registry.tables import WebhookAttempt, WebhookDelivery, WebhookEvent, WebhookSubscription
+from registry.trust.audit import append_event, lock_writes
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 _NAME = re.compile(NAME_PATTERN)

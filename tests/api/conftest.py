@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from registry.db import session_scope
-from registry.roles import ROLES
+from registry.governance.roles import ROLES
 from registry.services.system import read_credentials
 from registry.services.tokens import create_token, revoke_token
 from registry.settings import Settings, reset_settings

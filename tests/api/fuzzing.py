@@ -26,8 +26,8 @@ import schemathesis
 from schemathesis.generation import GenerationMode
 
 from api.backend import local_backend
-from registry.policy import measurement_settings
-from registry.roles import ROLES
+from registry.governance.policy import measurement_settings
+from registry.governance.roles import ROLES
 from registry.services.system import ADMIN_TOKEN_NAME, initialise, read_credentials
 from registry.settings import Settings
 from tests.api.role_table import ROLE_TABLE

@@ -8,7 +8,7 @@ read everything including audit and requests; ``reader`` read the registry, not 
 or audit; ``worker`` the job protocol (claim, renew, complete, fail), the Hub watch,
 reading the registry its jobs need and
 storing measurements. The sets are spelled out rather than imported from
-``registry.roles`` so that a
+``registry.governance.roles`` so that a
 change there shows up as a failing test, not as a silently widened permission.
 """
 

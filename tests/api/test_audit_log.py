@@ -12,13 +12,13 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from registry import audit, audit_tree
 from registry.db import get_engine, session_scope
-from registry.records import Provenance
+from registry.records.core import Provenance
 from registry.services.artifacts import add_artifact
 from registry.services.pairs import register_pair
 from registry.services.tokens import create_token
 from registry.settings import Settings
+from registry.trust import audit, audit_tree
 from tests.api.conftest import ApiEnv, run_cli
 from tests.fixtures import bypass_append_only, write_fake_model
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from registry import audit, audit_tree
 from registry.db import session_scope
-from registry.models import Artifact, AuditEvent, Pair
 from registry.services.artifacts import add_artifact
 from registry.services.pairs import register_pair
+from registry.tables import Artifact, AuditEvent, Pair
+from registry.trust import audit, audit_tree
 from tests.fixtures import write_fake_model
 
 WRITERS = 8

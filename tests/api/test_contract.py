@@ -29,7 +29,7 @@ from registry.contract import generate
 from registry.contract.local import LocalBackend
 from registry.contract.operations import BY_NAME, OPERATIONS
 from registry.errors import PairregError
-from registry.policy import measurement_settings
+from registry.governance.policy import measurement_settings
 from registry.services.system import initialise, read_credentials
 from registry.settings import Settings
 from tests.economics.helpers import safetensors_bytes

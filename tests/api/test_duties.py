@@ -1,7 +1,8 @@
 """Roles by duty, checked as a table: every declared operation × every role.
 
 The duty table and each operation's duty are spelled out here rather than imported from
-``registry.roles``, so that moving an operation to another duty, or widening a duty, shows
+``registry.governance.roles``, so that moving an operation to another duty, or widening a
+duty, shows
 up as a failing test and not as a silently widened permission. Over HTTP each role's real
 token is sent to each operation's route: denied roles get 403, admitted ones never 401/403.
 """
@@ -10,9 +11,9 @@ from __future__ import annotations
 
 import re
 
-from registry import roles
 from registry.contract.operations import OPERATIONS
-from registry.roles import ROLES
+from registry.governance import roles
+from registry.governance.roles import ROLES
 from tests.api.conftest import ApiEnv
 
 # Who may do what (the README's duties table says the same in words).

@@ -12,7 +12,7 @@ from pathlib import Path
 from sqlalchemy import text
 
 from registry.db import get_engine
-from registry.roles import ROLES
+from registry.governance.roles import ROLES
 from tests.api.conftest import ApiEnv
 from tests.fixtures import write_fake_model
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from registry import hub
+from registry.artifacts import hub
 from tests.api.conftest import ApiEnv
 from tests.fixtures import byte_tokenizer_json
 from tests.hubserver import HubServer, loopback_hub

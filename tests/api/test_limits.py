@@ -18,7 +18,7 @@ import pytest
 
 from api.app import create_app
 from api.limits import BodyLimit, BodyLimits
-from registry.records_requests import MAX_BATCH
+from registry.records.requests import MAX_BATCH
 from registry.settings import Settings
 from tests.serve_process import ApiServer
 

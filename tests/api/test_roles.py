@@ -9,7 +9,7 @@ from fastapi import FastAPI
 
 from api.app import create_app
 from api.route_index import iter_routes
-from registry.roles import ROLES
+from registry.governance.roles import ROLES
 from registry.settings import Settings
 from tests.api.conftest import ApiEnv
 from tests.api.role_table import DEFAULT_PATH_VALUE, PATH_VALUES, PUBLIC, ROLE_TABLE, SIGNED

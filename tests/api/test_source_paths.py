@@ -19,11 +19,11 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from api.backend import local_backend
+from registry.artifacts.source_paths import local_directory, path_limits
 from registry.errors import InvalidInput
-from registry.records import SignatureIn
+from registry.records.core import SignatureIn
 from registry.services.system import initialise, read_credentials
 from registry.settings import Settings, reset_settings
-from registry.source_paths import local_directory, path_limits
 from tests.api.conftest import run_cli
 from tests.fixtures import write_fake_model
 

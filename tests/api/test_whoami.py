@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from registry import roles
+from registry.governance import roles
 from tests.api.conftest import ApiEnv, run_cli
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from sqlalchemy import update
 
 from registry.db import session_scope
-from registry.models import Measurement, utcnow
 from registry.services import deployments, drift, requests, transparency, validation
+from registry.tables import Measurement, utcnow
 from tests.governance.helpers import (
     ACTOR,
     add_model,

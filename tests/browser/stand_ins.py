@@ -14,7 +14,7 @@ from typing import Any
 from fastapi import Depends, FastAPI
 
 from api.auth import require
-from registry import roles
+from registry.governance import roles
 
 ONLINE_PATH = "/v1/deployments/{name}/online-alpha"
 ECONOMICS_PATH = "/v1/pairs/{pair}/economics"

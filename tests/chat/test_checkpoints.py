@@ -10,11 +10,11 @@ import pytest
 import torch
 from sqlalchemy import select
 
+from registry.artifacts.model_facts import read_model_facts
 from registry.db import session_scope
-from registry.model_facts import read_model_facts
-from registry.models import Artifact
-from registry.policy import parse_policy, remote_code_parts
+from registry.governance.policy import parse_policy, remote_code_parts
 from registry.services import artifacts as art_svc
+from registry.tables import Artifact
 from runner import MeasureSettings, measure_pair
 from runner.engine import greedy_decode
 from runner.models import CachedLM, eos_ids, load_causal_lm, load_tokenizer

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from registry.artifacts.tokenizer_compat import compare_maps, compare_profiles, profile
 from registry.db import session_scope
 from registry.errors import InvalidInput
 from registry.services import artifacts as art_svc
 from registry.services import pairs as pair_svc
-from registry.tokenizer_compat import compare_maps, compare_profiles, profile
 from tests.chat.models import VOCAB, make_chat_model
 
 ACTOR = "token:test"
@@ -49,7 +49,7 @@ def test_profiles_locate_the_block_and_name_the_token_when_files_are_at_hand(tmp
     assert compare_profiles(tp, dict(tp)).errors == []
     [err] = compare_profiles(tp, dp, VOCAB, VOCAB).errors
     assert err.startswith("vocabulary mismatch: the token→id maps differ at ids 0–1023")
-    from registry.tokenizer_digest import load_vocab
+    from registry.artifacts.tokenizer_digest import load_vocab
 
     maps = (load_vocab(t)[0], load_vocab(d)[0])
     [named] = compare_profiles(tp, dp, VOCAB, VOCAB, load_maps=lambda: maps).errors

@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import func, select
 
 from registry.db import session_scope
-from registry.models import Artifact, AuditEvent, Lineage, Pair
 from registry.settings import Settings, reset_settings
+from registry.tables import Artifact, AuditEvent, Lineage, Pair
 from tests.fixtures import write_fake_model
 from tests.hubserver import hub_server  # noqa: F401 - re-exported pytest fixture
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from registry import hub
+from registry.artifacts import hub
+from registry.artifacts.manifest import build_manifest
 from registry.errors import Conflict, InvalidInput, NotFound
-from registry.manifest import build_manifest
 from registry.services.artifacts import HubUnavailable, _hub_error
 from tests.core.conftest import CliResult, audit_events, counts
 from tests.core.test_pairs import ok, refused

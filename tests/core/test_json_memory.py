@@ -126,7 +126,7 @@ def test_hashing_memory_stays_flat(tmp_path: Path) -> None:
     code = textwrap.dedent(
         f"""
         import resource, sys
-        from registry.manifest import build_manifest
+        from registry.artifacts.manifest import build_manifest
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         m = build_manifest({str(big)!r}, workers=2)
         after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import update
 
 from registry.db import session_scope
-from registry.models import Artifact, Pair
 from registry.settings import Settings
+from registry.tables import Artifact, Pair
 from tests.core.conftest import CliResult
 from tests.core.test_artifacts import add
 from tests.core.test_pairs import ok, refused

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from registry import speculators
+from registry.artifacts import speculators
 from registry.db import session_scope
 from registry.errors import InvalidInput
-from registry.models import Artifact, Pair
 from registry.services import exports, pairs
+from registry.tables import Artifact, Pair
 from tests.core.conftest import CliResult
 from tests.core.test_artifacts import add
 from tests.fixtures import write_fake_model

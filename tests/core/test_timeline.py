@@ -1,4 +1,5 @@
-"""One rule for "which pair was live at T" (``registry.timeline``): the query for one instant
+"""One rule for "which pair was live at T" (``registry.governance.timeline``): the query
+for one instant
 (request audits, ``pair_live_at``) gives the answer the whole-history binary search gives
 (ingest's fill-in), writers' clocks out of order included."""
 
@@ -8,8 +9,8 @@ import random
 from datetime import UTC, datetime, timedelta
 
 from registry.db import session_scope
-from registry.models import Deployment, DeploymentEvent
-from registry.timeline import live_event, load_timelines
+from registry.governance.timeline import live_event, load_timelines
+from registry.tables import Deployment, DeploymentEvent
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 

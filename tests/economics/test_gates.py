@@ -11,7 +11,7 @@ import pytest
 
 from api.backend import local_backend
 from registry.errors import Conflict, InvalidInput, NotFound
-from registry.policy import DEFAULTS, measurement_settings, parse_policy, policy_digest
+from registry.governance.policy import DEFAULTS, measurement_settings, parse_policy, policy_digest
 from tests.economics.helpers import safetensors_bytes
 from tests.fixtures import write_fake_model
 

@@ -14,11 +14,11 @@ import pytest
 
 from api.backend import local_backend
 from registry.db import session_scope
+from registry.governance.policy import parse_policy
 from registry.jobloop import Worker
-from registry.models import Measurement
-from registry.policy import parse_policy
 from registry.services.validation import trust_gate
 from registry.settings import Settings
+from registry.tables import Measurement
 from runner import MeasureSettings, measure_pair
 from runner.executor import suite_prompts
 from runner.vllm_measure import VllmExecutor

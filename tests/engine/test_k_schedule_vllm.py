@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import select
 
 from registry.db import session_scope
-from registry.models import Pair
 from registry.services import measurements
+from registry.tables import Pair
 from runner import MeasureSettings, load_suite, measure_pair
 from tests.engine.conftest import DEPLOYMENTS, FIGURES, EngineRegistry, Engines, K
 from tests.requests.conftest import ACTOR

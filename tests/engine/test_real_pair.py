@@ -5,10 +5,11 @@ Real target-v1 (SmolLM2-135M-Instruct: a real tokenizer, a real chat template, `
 as end of turn) with its distilled draft (``draft_model``) and with its EAGLE-3 head in the
 speculators format (``eagle3``, as ``pairreg export speculators`` writes it), registered
 beside the tiny pairs and served from ``pairreg export vllm``'s own arguments, one server per
-method. Fidelity as in ``test_fidelity.py``, on the chat suites rendered with the target's
+method, and the target alone under prompt lookup (vLLM ``ngram``). Fidelity as in
+``test_fidelity.py``, on the chat suites rendered with the target's
 own template: (a) vLLM's greedy tokens equal the runner's for every prompt; (b) counted as
 vLLM counts (``full_last_draft``), each request's counters equal vLLM's and each category's
-rate lies in the runner's 95 % interval.
+rate lies in the runner's 95 % interval. Under prompt lookup the greedy tokens are compared.
 
 The real pair's cache is built by the real-pair tier (``pairreg real build --heads``), which
 CI runs before this one; locally the fixture builds it or reuses it. Prompt counts and the
@@ -38,7 +39,11 @@ from tests.conftest import TEST_CACHE
 from tests.engine.conftest import FIGURES, EngineRegistry, Engines, K
 from tests.requests.conftest import ACTOR, promote_at
 
-REAL_DEPLOYMENTS = {"draft_model": "real-draft", "eagle3": "real-eagle3"}
+REAL_DEPLOYMENTS = {
+    "draft_model": "real-draft",
+    "eagle3": "real-eagle3",
+    "prompt_lookup": "real-ngram",
+}
 CATEGORIES = ("chat:code", "chat:creative")
 PER_CATEGORY = 4
 MAX_TOKENS = 24
@@ -59,7 +64,8 @@ class RealDeployments:
 @pytest.fixture(scope="module")
 def real_registry(engine_registry: EngineRegistry) -> RealDeployments:
     """Real target-v1, its draft and its EAGLE-3 head registered in the engine tier's
-    registry; ``real-draft`` and ``real-eagle3`` live."""
+    registry, with the target alone under prompt lookup; ``real-draft``, ``real-eagle3`` and
+    ``real-ngram`` live."""
     from datetime import UTC, datetime, timedelta
 
     from builders.real import build_real_pair, default_real_dir
@@ -76,7 +82,8 @@ def real_registry(engine_registry: EngineRegistry) -> RealDeployments:
                                  actor=ACTOR).artifact  # fmt: skip
         h = art_svc.add_artifact(s, source=heads.eagle3, name="real/eagle3", role="heads",
                                  actor=ACTOR).artifact  # fmt: skip
-        for method, drafter in (("draft_model", d.ref), ("eagle3", h.ref)):
+        for method, drafter in (("draft_model", d.ref), ("eagle3", h.ref),
+                                ("prompt_lookup", None)):  # fmt: skip
             registered = pair_svc.register_pair(
                 s, target=t.ref, draft=drafter, method=method, k=K, actor=ACTOR
             )
@@ -239,3 +246,48 @@ def test_real_eagle3_speculators_export_serves_and_matches_the_runner(
     engines.stop()
     engines.serve(REAL_DEPLOYMENTS["eagle3"], args=args)
     _fidelity(engines, real_registry, "eagle3", real_registry.eagle3)
+
+
+@pytest.mark.engine(REAL_DEPLOYMENTS["prompt_lookup"])
+def test_real_ngram_export_serves_the_runners_greedy_tokens(
+    engines: Engines,
+    engine_registry: EngineRegistry,
+    real_registry: RealDeployments,
+    two_threads: None,
+) -> None:
+    """The real target under prompt lookup, served from its export (vLLM ``ngram``, the
+    pair's n-gram window and k): vLLM speculates from the prompt's own n-grams, and its greedy
+    tokens are the runner's for every chat prompt. The two n-gram searches may pick different
+    earlier matches, so only the tokens (which lossless speculation must not change) and the
+    engine's own counters are compared, not acceptance."""
+    deployment = REAL_DEPLOYMENTS["prompt_lookup"]
+    export = engine_registry.export_vllm(deployment)
+    args = export["args"]
+    assert export["pair_digest"] == real_registry.pairs["prompt_lookup"]
+    assert args[args.index("--model") + 1] == real_registry.target
+    spec = _spec(args)[1]
+    assert spec["method"] == "ngram" and "model" not in spec, spec
+    assert spec["num_speculative_tokens"] == K
+    assert spec["prompt_lookup_min"] <= spec["prompt_lookup_max"], spec
+    server = engines.serve(deployment)
+    assert _models(server.url) == [deployment]
+    prompts = _prompts()
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        answers = list(pool.map(lambda p: _chat(server.url, deployment, p), prompts))
+    settings = MeasureSettings(method="prompt_lookup", k=K, max_new_tokens=MAX_TOKENS,
+                               device="cpu")  # fmt: skip
+    runner = measure_pair(real_registry.target, None, prompts, settings, plain_baseline=False)
+    eos = {int(load_tokenizer(real_registry.target).eos_token_id)}
+    drafted = 0
+    for p, answer, row in zip(prompts, answers, runner.prompts, strict=True):
+        choice = answer["choices"][0]
+        engine_ids = [i for i in choice["token_ids"] if i not in eos]
+        runner_ids = [i for i in row["output_ids"] if i not in eos]
+        assert engine_ids == runner_ids, (p.id, engine_ids, runner_ids)
+        spec_metrics = answer["metrics"]["speculative_decoding"]
+        assert spec_metrics["num_spec_tokens"] == K
+        assert spec_metrics["num_accepted_draft_tokens"] <= spec_metrics["num_draft_tokens"]
+        drafted += spec_metrics["num_draft_tokens"]
+    FIGURES.setdefault("fidelity", {})["real:prompt_lookup"] = {
+        "tokens_equal": f"{len(prompts)}/{len(prompts)}", "vllm_drafted": drafted}  # fmt: skip
+    assert drafted > 0  # the chat answers repeat their prompts' n-grams: vLLM proposed some

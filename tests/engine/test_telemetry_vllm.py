@@ -24,7 +24,7 @@ import pytest
 from sqlalchemy import select
 
 from registry.db import session_scope
-from registry.models import Measurement, Pair
+from registry.tables import Measurement, Pair
 from runner import MeasureSettings, load_suite, measure_pair
 from tests.engine.conftest import DEPLOYMENTS, FIGURES, EngineRegistry, Engines, K
 from tests.requests.conftest import ACTOR

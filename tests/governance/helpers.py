@@ -84,7 +84,7 @@ def synthetic_result(
 
 
 def settings_for(url: str, digest: str, policy: str = "test") -> dict[str, Any]:
-    from registry.policy import measurement_settings
+    from registry.governance.policy import measurement_settings
     from registry.refs import resolve_pair
 
     with session_scope(url) as s:

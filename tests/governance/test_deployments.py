@@ -12,9 +12,9 @@ from sqlalchemy.exc import IntegrityError
 
 from registry.db import session_scope
 from registry.errors import Conflict, NotFound
-from registry.models import DeploymentEvent, utcnow
 from registry.refs import resolve_deployment, resolve_pair
 from registry.services import deployments, validation
+from registry.tables import DeploymentEvent, utcnow
 from tests.governance.helpers import (
     ACTOR,
     add_model,

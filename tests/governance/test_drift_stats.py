@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from registry.drift_stats import drift_test, holm, paired_effect, severity
+from registry.stats.drift import drift_test, holm, paired_effect, severity
 from tests.governance.helpers import synthetic_result
 
 

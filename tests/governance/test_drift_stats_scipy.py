@@ -28,7 +28,7 @@ from collections.abc import Mapping
 import numpy as np
 import pytest
 
-from registry.drift_stats import SEED, drift_test, holm, paired_effect
+from registry.stats.drift import SEED, drift_test, holm, paired_effect
 
 B = 20_000
 Z = 5.0

@@ -26,10 +26,10 @@ from registry.contract.local import LocalBackend
 from registry.db import session_scope
 from registry.errors import Forbidden, InvalidInput
 from registry.jobloop import Worker, isolation_problems
-from registry.measurement_signing import verify_record
-from registry.models import AuditEvent, Measurement, Policy
 from registry.services import policies, validation
 from registry.settings import Settings
+from registry.tables import AuditEvent, Measurement, Policy
+from registry.trust.measurement_signing import verify_record
 from tests.api.conftest import ApiEnv, api  # noqa: F401 - re-exported pytest fixture
 from tests.governance.helpers import add_model, settings_for, synthetic_result
 
@@ -464,7 +464,7 @@ def test_offline_verify_cli(tmp_path: Path) -> None:
     """`pairreg measurement verify --file --key`: no registry, only the record and the key."""
     import json
 
-    from registry.measurement_signing import sign, statement
+    from registry.trust.measurement_signing import sign, statement
     from tests.api.conftest import run_cli
 
     key = Ed25519PrivateKey.generate()

@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import select
 
 from registry.db import session_scope
-from registry.models import AuditEvent
+from registry.tables import AuditEvent
 from tests.governance.conftest import POLICY
 
 pytestmark = pytest.mark.slow
@@ -158,7 +158,7 @@ def test_noop_change_raises_no_flag(home, cli, tiny, tmp_path, no_mlflow) -> Non
 
 def test_false_flag_rate_with_sampling(tiny) -> None:  # type: ignore[no-untyped-def]
     """Unchanged pair sampled at temperature 1 with different seeds (bounded run)."""
-    from registry.drift_stats import drift_test
+    from registry.stats.drift import drift_test
     from runner import MeasureSettings, load_suite, measure_pair
     from runner.executor import select_prompts
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from registry import lifecycle
 from registry.db import session_scope
-from registry.models import AuditEvent, DriftFlag, Job, Pair
+from registry.governance import lifecycle
 from registry.services import artifacts, pairs
+from registry.tables import AuditEvent, DriftFlag, Job, Pair
 from tests.fixtures import write_fake_model
 from tests.governance.conftest import POLICY
 
@@ -94,8 +94,8 @@ def test_target_change_that_no_longer_fits_the_heads_is_an_integrity_finding(
         assert len(refused) == 1 and needle in str(refused[0].payload)
     # the same change seen again (e.g. re-registered) does not open a second flag
     with session_scope(url) as s:
-        from registry.models import Artifact
         from registry.services.drift import on_target_change
+        from registry.tables import Artifact
 
         prev, cur = s.get(Artifact, pair.target.id), s.get(Artifact, res.artifact.id)
         on_target_change(s, prev, cur, ACTOR)

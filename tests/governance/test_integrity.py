@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from api.backend import local_backend
-from registry.materialize import IntegrityError, materialise
-from registry.records import ArtifactRecord
+from registry.artifacts.materialize import IntegrityError, materialise
+from registry.records.core import ArtifactRecord
 from tests.core.test_hub_sources import repo_files
 from tests.fixtures import write_fake_model
 from tests.hubserver import HubServer
@@ -99,7 +99,7 @@ def test_a_partial_hub_snapshot_is_completed_before_it_is_verified(
     the cache) is completed from the Hub, not failed as 'missing model.safetensors'."""
     from huggingface_hub import hf_hub_download
 
-    from registry.hub import default_endpoint
+    from registry.artifacts.hub import default_endpoint
 
     commit = hub_server.add_repo("org/partial", repo_files())
     backend = local_backend(home)

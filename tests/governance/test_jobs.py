@@ -9,8 +9,8 @@ import pytest
 
 from registry.db import session_scope
 from registry.errors import Conflict
-from registry.models import Job, Measurement
 from registry.services import job_results, jobs, validation
+from registry.tables import Job, Measurement
 from tests.governance.helpers import (
     ACTOR,
     add_model,

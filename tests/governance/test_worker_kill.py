@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import func, select
 
 from registry.db import session_scope
-from registry.models import AuditEvent, Job, Measurement, utcnow
+from registry.tables import AuditEvent, Job, Measurement, utcnow
 from tests.governance.conftest import POLICY
 from tests.governance.test_flow import _register
 

@@ -10,8 +10,8 @@ import pytest
 from registry import db
 from registry.db import session_scope
 from registry.errors import Conflict, InvalidInput, NotFound
-from registry.policy import settings_digest
-from registry.records_lifecycle import AcceptanceCurve
+from registry.governance.policy import settings_digest
+from registry.records.lifecycle import AcceptanceCurve
 from registry.services import curves
 from tests.core.conftest import cli  # noqa: F401 - pytest fixture
 from tests.lifecycle.test_k_schedule import PER_POSITION, _pair
@@ -80,7 +80,7 @@ def test_export_import_and_refusals(tmp_path: Path) -> None:
     with session_scope(dst) as s:
         from sqlalchemy import func, select
 
-        from registry.models import AcceptanceCurveRow
+        from registry.tables import AcceptanceCurveRow
 
         assert s.scalar(select(func.count()).select_from(AcceptanceCurveRow)) == 1
     db.dispose_engines()

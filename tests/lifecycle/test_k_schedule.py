@@ -16,8 +16,8 @@ from registry.db import session_scope
 from registry.economics import model as em
 from registry.economics import schedule as ks
 from registry.errors import InvalidInput
-from registry.models import Artifact
 from registry.services import artifacts, economics, exports, measurements, pairs
+from registry.tables import Artifact
 from tests.economics.helpers import LLAMA3_8B
 from tests.fixtures import write_fake_model
 from tests.requests.conftest import promote_at
@@ -155,7 +155,7 @@ def test_schedule_on_two_profiles(db_url: str, tmp_path: Path) -> None:
             p = resolve_pair(s, digest)
             tgt, _, _ = economics._part(p.target, "target", "bfloat16", 512)
             drf, _, _ = economics._part(p.drafter, "drafter", "bfloat16", 512)  # type: ignore[arg-type]
-        prof = economics.hw_mod.get_profile(hw, economics._home())
+        prof = economics.hw_mod.get_profile(hw)  # shipped profiles
 
         def thr(b: int, k: int, parts: Any = (tgt, drf, prof, lengths)) -> float:
             t, d, hw_prof, al = parts

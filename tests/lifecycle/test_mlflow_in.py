@@ -16,12 +16,12 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
+from registry.artifacts.manifest import build_manifest
 from registry.db import session_scope
 from registry.errors import InvalidInput, Unauthorized
-from registry.manifest import build_manifest
-from registry.mlflow_hooks import mlflow_signature, verify_delivery
-from registry.models import Artifact, AuditEvent, Job, MlflowDelivery
+from registry.integrations.mlflow_hooks import mlflow_signature, verify_delivery
 from registry.services import mlflow_sources, validation
+from registry.tables import Artifact, AuditEvent, Job, MlflowDelivery
 from tests.fixtures import write_fake_model
 from tests.governance.helpers import (
     ACTOR,

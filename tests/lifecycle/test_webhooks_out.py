@@ -18,11 +18,11 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from registry.db import session_scope
 from registry.errors import Conflict, InvalidInput, NotFound
-from registry.models import DriftFlag, WebhookDelivery, WebhookEvent
+from registry.integrations.webhooks import Dispatcher, SendResult, backoff_seconds, sign
 from registry.refs import resolve_pair
 from registry.services import deployments, drift, validation
 from registry.services import webhooks as wh
-from registry.webhooks import Dispatcher, SendResult, backoff_seconds, sign
+from registry.tables import DriftFlag, WebhookDelivery, WebhookEvent
 from tests.governance.helpers import (
     ACTOR,
     add_model,

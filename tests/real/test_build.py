@@ -10,7 +10,7 @@ import pytest
 from safetensors import safe_open
 
 from builders.real import PARTS, RECIPE, read_build_manifest
-from registry.manifest import build_manifest
+from registry.artifacts.manifest import build_manifest
 
 pytestmark = pytest.mark.real
 

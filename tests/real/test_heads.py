@@ -13,7 +13,7 @@ import torch
 
 from builders.real import read_build_manifest
 from builders.real_heads import HEADS_RECIPE, VERIFIER, heads_built
-from registry.manifest import build_manifest
+from registry.artifacts.manifest import build_manifest
 from runner.eagle import load_eagle
 from runner.eagle_drafter import EagleDrafter
 from runner.engine import DecodeOptions, SpeculativeEngine

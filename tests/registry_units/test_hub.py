@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from huggingface_hub import constants, hf_hub_download, snapshot_download
 
-from registry import hub
-from registry.manifest import build_manifest
+from registry.artifacts import hub
+from registry.artifacts.manifest import build_manifest
 from tests.hubserver import HubServer
 
 WEIGHTS = os.urandom(300_000)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from registry import lifecycle
 from registry.errors import Conflict
+from registry.governance import lifecycle
 
 
 def test_every_status_is_reachable_and_every_row_names_known_statuses() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from registry.manifest import (
+from registry.artifacts.manifest import (
     CHUNK_SIZE,
     Manifest,
     ManifestError,

@@ -12,12 +12,12 @@ from typing import get_args
 import pytest
 
 from registry import methods
+from registry.artifacts.speculators import METHOD_OF
 from registry.economics import model as em
 from registry.errors import InvalidInput
 from registry.methods.base import SpeculationMethod
 from registry.services import exports
 from registry.services.pairs import head_fit_errors, normalise_config
-from registry.speculators import METHOD_OF
 from runner.build import DRAFTERS
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from registry import methods
-from registry.policy import measurement_settings
+from registry.governance.policy import measurement_settings
 from registry.services.pairs import normalise_config
 from runner.engine import DecodeOptions
 from runner.settings import METHODS as RUNNER_METHODS

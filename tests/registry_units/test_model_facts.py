@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from registry.model_facts import ModelFactsError, read_model_facts
+from registry.artifacts.model_facts import ModelFactsError, read_model_facts
 
 
 def _write(d: Path, config: dict | None = None, readme: str | None = None) -> Path:

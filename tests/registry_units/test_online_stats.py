@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from registry import online_stats
+from registry.stats import online as online_stats
 
 VALIDATED = 0.60
 TOLERANCE = 0.02

@@ -10,7 +10,7 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Whitespace
 
-from registry.tokenizer_digest import (
+from registry.artifacts.tokenizer_digest import (
     TokenizerDigestError,
     digest_vocab,
     tokenizer_files_digest,

@@ -26,11 +26,11 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import OperationalError
 
 from registry import db
-from registry.audit_tree import verify_tree
 from registry.db import session_scope
-from registry.models import Artifact, AuditEvent, Measurement, Pair
 from registry.outages import classify
 from registry.settings import reset_settings
+from registry.tables import Artifact, AuditEvent, Measurement, Pair
+from registry.trust.audit_tree import verify_tree
 from tests.fixtures import write_fake_model
 
 FS_BYTES = 32 * 1024 * 1024

@@ -18,10 +18,10 @@ from sqlalchemy import text
 
 from api.lanes import Lane, Lanes
 from registry import db
-from registry.audit import _PG_WRITE_LOCK
-from registry.audit_tree import verify_tree
 from registry.db import get_engine, session_scope
 from registry.settings import Settings
+from registry.trust.audit import _PG_WRITE_LOCK
+from registry.trust.audit_tree import verify_tree
 from tests.serve_process import ApiServer, mint
 
 

@@ -20,9 +20,9 @@ from sqlalchemy import select
 
 from api.tagger import Tagger
 from registry import db
-from registry.audit_tree import verify_tree
 from registry.db import session_scope
-from registry.models import RequestTag
+from registry.tables import RequestTag
+from registry.trust.audit_tree import verify_tree
 from tests.pg_private import PrivatePostgres, pg_bin
 from tests.requests.conftest import Served, build_registry
 from tests.requests.test_tagger import _counts, _tag_all

@@ -14,9 +14,9 @@ import pytest
 from sqlalchemy import text
 
 from registry import db
-from registry.audit import _PG_WRITE_LOCK
-from registry.audit_tree import verify_tree
 from registry.db import get_engine, session_scope
+from registry.trust.audit import _PG_WRITE_LOCK
+from registry.trust.audit_tree import verify_tree
 from tests.fixtures import write_fake_model
 from tests.serve_process import ApiServer, mint
 

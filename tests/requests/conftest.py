@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from registry import lifecycle
 from registry.db import session_scope
-from registry.models import DeploymentEvent, Pair
+from registry.governance import lifecycle
 from registry.refs import resolve_deployment
 from registry.services import artifacts as art_svc
 from registry.services import pairs as pair_svc
+from registry.tables import DeploymentEvent, Pair
 from tests.fixtures import write_fake_model
 
 ACTOR = "token:test"

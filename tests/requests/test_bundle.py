@@ -11,11 +11,11 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from registry.bundle_verify import verify_bundle
 from registry.db import session_scope
 from registry.services import bundles
 from registry.services import requests as svc
 from registry.settings import Settings, get_settings
+from registry.trust.bundle_verify import verify_bundle
 from tests.requests.conftest import ACTOR, Served
 
 runner = CliRunner()
@@ -83,7 +83,7 @@ def test_bundle_verifies_offline_and_names_everything(bundle: dict, served: Serv
 def test_bundle_size_is_bounded_by_the_cited_events(bundle: dict, served: Served) -> None:
     """Format 1 carried every audit event since the artifact's registration (one per ingest
     batch); now a thousand later events add only a few hashes per cited event."""
-    from registry import audit
+    from registry.trust import audit
 
     with session_scope(served.url) as session:
         for i in range(1000):
@@ -178,8 +178,8 @@ def test_tampering_fails_with_reason(bundle: dict, mutate, check: str, reason: s
 def test_forged_pair_with_consistent_digests_is_caught_by_the_log(bundle: dict) -> None:
     """Rewriting the pair and its digest everywhere still fails: the signed log holds the
     old one."""
-    from registry.bundle_verify import tag_digest
     from registry.canonical import digest_of
+    from registry.trust.bundle_verify import tag_digest
 
     b = copy.deepcopy(bundle)
     b["pair"]["config"]["num_speculative_tokens"] = 9
@@ -261,7 +261,7 @@ def test_unpinned_bundle_is_never_called_verified(bundle: dict, tmp_path: Path) 
     key of the forger's own passes every other check, which is why that is not enough."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from registry import signed_note
+    from registry.trust import signed_note
 
     plain = verify_bundle(json.loads(json.dumps(bundle)))
     assert not plain.ok and plain.verdict == "unpinned"
@@ -305,10 +305,10 @@ def test_version_1_bundles_still_verify(bundle: dict, served: Served) -> None:
 
     from sqlalchemy import select
 
-    from registry import audit
-    from registry.bundle_verify import chain_step, format_time
     from registry.canonical import canonical_json
-    from registry.models import AuditEvent, utcnow
+    from registry.tables import AuditEvent, utcnow
+    from registry.trust import audit
+    from registry.trust.bundle_verify import chain_step, format_time
 
     with session_scope(served.url) as session:
         rows = session.scalars(select(AuditEvent).order_by(AuditEvent.seq)).all()

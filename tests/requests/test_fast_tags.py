@@ -1,4 +1,4 @@
-"""The ingest hot path's msgspec decoder (``registry.records_requests.decode_tags``) against
+"""The ingest hot path's msgspec decoder (``registry.records.requests.decode_tags``) against
 pydantic's :class:`TagIn`: whatever the fast path accepts, pydantic accepts with exactly the
 same values (so a tag's digest does not depend on which path read it); whatever pydantic
 refuses, the fast path refuses too (and pydantic then reports it)."""
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from registry.records_requests import DecodedTags, FastTag, TagIn, decode_tags
+from registry.records.requests import DecodedTags, FastTag, TagIn, decode_tags
 
 SPEC_FIELDS = ("num_spec_steps", "num_draft_tokens", "num_accepted_draft_tokens",
                "acceptance_histogram")  # fmt: skip

@@ -8,11 +8,11 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select
 
-from registry.bundle_verify import merkle_root, tag_digest
 from registry.db import session_scope
 from registry.errors import InvalidInput, NotFound
-from registry.models import AuditEvent, RequestId, RequestTag
 from registry.services import requests as svc
+from registry.tables import AuditEvent, RequestId, RequestTag
+from registry.trust.bundle_verify import merkle_root, tag_digest
 from tests.requests.conftest import ACTOR, Served
 
 
@@ -200,7 +200,7 @@ def test_concurrent_overlapping_batches(served: Served) -> None:
 def test_partial_retry_stores_only_the_new_tags(served: Served) -> None:
     """A batch mixing retries with new ids stores the new ones only; the batch row, its Merkle
     root and its one audit event cover exactly those; a batch of retries writes nothing."""
-    from registry.models import RequestBatch
+    from registry.tables import RequestBatch
 
     s = served
     at = s.t_b + timedelta(minutes=3)
@@ -268,7 +268,7 @@ def test_postgres_bulk_path_and_its_fallback(
     """PostgreSQL: a batch of new ids is stored by the bulk COPY alone; a batch holding an id
     already recorded has its COPY refused, rolled back to the savepoint, and goes through the
     careful path (retries skipped, the new ids stored, one batch row)."""
-    from registry import tag_store
+    from registry.requests import store as tag_store
 
     s = served
     careful = tag_store._store_ids_careful

@@ -7,7 +7,7 @@ import gc
 import threading
 
 from api.ingest_gc import IngestGcPause
-from registry import gc_pause
+from registry.requests import gc_pause
 
 
 def _call(path: str, method: str = "POST", chunks: int = 2) -> list[bool]:

@@ -14,8 +14,8 @@ from sqlalchemy import func, select
 
 from api.app import create_app
 from registry.db import session_scope
-from registry.models import AuditEvent
 from registry.settings import Settings
+from registry.tables import AuditEvent
 from tests.requests.conftest import Served
 from tests.requests.test_online import _ingest, _tags
 from tests.requests.test_telemetry_export import _baseline

@@ -12,10 +12,10 @@ from sqlalchemy import select
 
 from api.app import create_app
 from registry.db import session_scope
-from registry.models import AuditEvent, DriftFlag, OnlineMonitor
 from registry.services import online
 from registry.services import requests as svc
 from registry.settings import Settings
+from registry.tables import AuditEvent, DriftFlag, OnlineMonitor
 from tests.requests.conftest import ACTOR, Served
 from tests.requests.test_telemetry_export import _baseline
 

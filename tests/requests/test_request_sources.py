@@ -11,11 +11,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from registry.bundle_verify import merkle_root, tag_digest
 from registry.db import session_scope
 from registry.errors import Conflict, NotFound
-from registry.models import AuditEvent, RequestId, RequestTag
 from registry.services import requests as svc
+from registry.tables import AuditEvent, RequestId, RequestTag
+from registry.trust.bundle_verify import merkle_root, tag_digest
 from tests.requests.conftest import Served
 
 ATTACKER, VICTIM = "token:attacker", "token:victim"

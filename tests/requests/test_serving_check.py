@@ -18,13 +18,13 @@ from sqlalchemy import select
 from api.app import create_app
 from registry.db import session_scope
 from registry.errors import InvalidInput
-from registry.models import DriftFlag, Job, Measurement, Pair, Validation
 from registry.services import artifacts as art_svc
 from registry.services import exports, serving
 from registry.services import pairs as pair_svc
 from registry.services import telemetry as svc
 from registry.services.policies import load_policy
 from registry.settings import Settings
+from registry.tables import DriftFlag, Job, Measurement, Pair, Validation
 from tests.core.test_speculators import REDHAT_EAGLE3, _head_dir, _target
 from tests.requests.conftest import ACTOR, Served, promote_at
 from tests.requests.test_telemetry_export import metrics

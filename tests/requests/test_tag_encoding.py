@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from registry.bundle_verify import _leaf, _root, format_time, merkle_root, tag_body
 from registry.canonical import canonical_json
-from registry.tag_encoding import json_string, spec_json, tag_digest_hex, tag_json, time_text
+from registry.requests.encoding import json_string, spec_json, tag_digest_hex, tag_json, time_text
+from registry.trust.bundle_verify import _leaf, _root, format_time, merkle_root, tag_body
 
 _STRINGS = [
     "req-1",
@@ -140,8 +140,8 @@ def test_time_text_matches_format_time() -> None:
 
 
 def test_counters_json_from_the_validated_model() -> None:
-    from registry.records_requests import SpecCounters
-    from registry.tag_encoding import counters_json
+    from registry.records.requests import SpecCounters
+    from registry.requests.encoding import counters_json
 
     for raw in _specs(random.Random(5))[1:3]:
         sc = SpecCounters.model_validate(raw)
@@ -156,7 +156,7 @@ def test_counters_json_from_the_validated_model() -> None:
 
 
 def test_cached_time_texts_match_format_time() -> None:
-    from registry.tag_encoding import time_texts
+    from registry.requests.encoding import time_texts
 
     rng = random.Random(9)
     text = time_texts()
@@ -179,8 +179,8 @@ def test_validated_counters_are_plain_ints_and_encode_canonically() -> None:
     encoder relies on it."""
     import enum
 
-    from registry.records_requests import SpecCounters, TagIn
-    from registry.tag_encoding import validated_counters_json
+    from registry.records.requests import SpecCounters, TagIn
+    from registry.requests.encoding import validated_counters_json
 
     class Level(enum.IntEnum):
         three = 3

@@ -10,8 +10,8 @@ from sqlalchemy import select, text
 from sqlalchemy.exc import DBAPIError
 
 from registry.db import session_scope
-from registry.models import Deployment, Pair, RequestBatch, RequestId, RequestTag
 from registry.services import requests as svc
+from registry.tables import Deployment, Pair, RequestBatch, RequestId, RequestTag
 from tests.requests.conftest import ACTOR, Served
 
 KEY = f"{ACTOR}/ref-0"  # the stored key of client id ref-0

@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 
 from api.tagger import Tagger, TaggerError
 from registry.db import session_scope
-from registry.models import RequestId, RequestTag
+from registry.tables import RequestId, RequestTag
 from tests.requests.conftest import Served
 from tests.serve_process import ApiServer, free_port, mint
 

@@ -12,10 +12,10 @@ from sqlalchemy import select, update
 from api.app import create_app
 from registry.db import session_scope
 from registry.errors import InvalidInput
-from registry.models import Artifact, DriftFlag, Measurement, Pair, TelemetrySample
 from registry.services import exports
 from registry.services import telemetry as svc
 from registry.settings import Settings
+from registry.tables import Artifact, DriftFlag, Measurement, Pair, TelemetrySample
 from tests.requests.conftest import ACTOR, Served
 
 # The shape vLLM (v1 engine) exposes on /metrics, trimmed to a few families.

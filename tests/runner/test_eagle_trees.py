@@ -13,8 +13,8 @@ import torch
 from safetensors.torch import load_file
 
 from builders.tiny import medusa_tree
-from registry import speculators
-from registry.model_facts import read_model_facts
+from registry.artifacts import speculators
+from registry.artifacts.model_facts import read_model_facts
 from runner import MeasureSettings, load_suite, measure_pair, plain_greedy
 from runner.drafters import MedusaDrafter
 from runner.eagle import EagleHead, load_eagle, spec_for_target

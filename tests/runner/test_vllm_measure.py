@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from registry.errors import InvalidInput, PairregError
-from registry.policy import DEFAULTS, parse_policy, policy_digest
+from registry.governance.policy import DEFAULTS, parse_policy, policy_digest
 from runner.serving_config import serving_config
 from runner.suites import Prompt
 from runner.vllm_measure import (

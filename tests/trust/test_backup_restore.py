@@ -14,10 +14,10 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
-from registry import audit, audit_tree
 from registry.db import get_engine, session_scope
 from registry.services import transparency as tl
 from registry.settings import Settings
+from registry.trust import audit, audit_tree
 from tests.conftest import drop_pg_database, make_pg_database
 
 

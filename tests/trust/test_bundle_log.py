@@ -7,11 +7,11 @@ import copy
 import json
 from datetime import timedelta
 
-from registry.bundle_verify import verify_bundle
 from registry.db import session_scope
 from registry.services import bundles
 from registry.services import requests as svc
 from registry.settings import Settings
+from registry.trust.bundle_verify import verify_bundle
 from tests.requests.conftest import ACTOR, Served
 
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from registry import audit, signed_note
 from registry.db import session_scope
 from registry.services import transparency as tl
 from registry.settings import Settings
-from registry.witness import Witness
+from registry.trust import audit, signed_note
+from registry.trust.witness import Witness
 
 VERIFIER = Path(__file__).with_name("tlog_verify.mjs")
 NODE = shutil.which("node")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from registry.db import session_scope
-from registry.policy import measurement_settings
+from registry.governance.policy import measurement_settings
 from registry.services import artifacts, measurements, pairs, policies, validation
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""registry.merkle against a literal transcription of RFC 9162's recursive definitions, and
+"""registry.trust.merkle against a literal transcription of RFC 9162's recursive definitions, and
 the C2SP note format against hand-built signatures."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import hashlib
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from registry import merkle, signed_note
+from registry.trust import merkle, signed_note
 
 BAD = b"\x07" * 32
 

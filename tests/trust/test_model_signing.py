@@ -17,7 +17,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from registry.db import session_scope
 from registry.errors import Conflict, InvalidInput
-from registry.records import SignatureIn
+from registry.records.core import SignatureIn
 from registry.services import artifacts, deployments, policies, validation
 from tests.fixtures import write_fake_model
 from tests.governance.helpers import ACTOR, make_pair, store, synthetic_result
@@ -169,7 +169,7 @@ def test_key_signature_is_verified_recorded_and_shown(sqlite_url: str, tmp_path:
 def _events():  # type: ignore[no-untyped-def]
     from sqlalchemy import select
 
-    from registry.models import AuditEvent
+    from registry.tables import AuditEvent
 
     return select(AuditEvent).order_by(AuditEvent.seq)
 

@@ -12,14 +12,17 @@ import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.exc import DBAPIError
 
-from registry import merkle, request_archive, tag_partitions
-from registry.bundle_verify import UNPINNED, merkle_verify, tag_digest
+from registry.artifacts.manifest import hash_file
 from registry.db import get_engine, session_scope
 from registry.errors import InvalidInput
-from registry.models import AuditEvent, RequestId, RequestTag
+from registry.requests import archive as request_archive
+from registry.requests import partitions as tag_partitions
 from registry.services import requests as req_svc
 from registry.services import retention, transparency
 from registry.settings import Settings
+from registry.tables import AuditEvent, RequestId, RequestTag
+from registry.trust import merkle
+from registry.trust.bundle_verify import UNPINNED, merkle_verify, tag_digest
 from tests.requests.conftest import ACTOR, build_registry, promote_at
 
 
@@ -181,7 +184,7 @@ def test_archive_verify_purge_and_reconstruct(home: Settings, tmp_path: Path) ->
     # that did not sign the archive's checkpoint fails it.
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from registry.audit import public_pem
+    from registry.trust.audit import public_pem
     from tests.api.conftest import run_cli
 
     archive = str(tmp_path / "a2")
@@ -230,9 +233,7 @@ def test_a_tampered_archive_fails_verification(home: Settings, tmp_path: Path) -
     assert not broken.ok and "file requests.jsonl.gz: missing or altered" in broken.failures()
     # ...and updating the manifest's file hash to match does not help.
     manifest = json.loads((a / "manifest.json").read_text())
-    manifest["files"]["requests.jsonl.gz"]["sha256"] = request_archive.file_sha256(
-        a / "requests.jsonl.gz"
-    )
+    manifest["files"]["requests.jsonl.gz"]["sha256"] = hash_file(a / "requests.jsonl.gz").sha256
     (a / "manifest.json").write_text(json.dumps(manifest))
     failures = " | ".join(request_archive.verify_archive(a, trusted_log_key=_log_key()).failures())
     assert "tag digests: 5/6 recompute" in failures
@@ -241,9 +242,7 @@ def test_a_tampered_archive_fails_verification(home: Settings, tmp_path: Path) -
     lines[2]["tag_digest"] = tag_digest(**{k: lines[2][k] for k in request_archive.TAG_FIELDS})
     with gzip.open(a / "requests.jsonl.gz", "wt") as fh:
         fh.writelines(json.dumps(x) + "\n" for x in lines)
-    manifest["files"]["requests.jsonl.gz"]["sha256"] = request_archive.file_sha256(
-        a / "requests.jsonl.gz"
-    )
+    manifest["files"]["requests.jsonl.gz"]["sha256"] = hash_file(a / "requests.jsonl.gz").sha256
     (a / "manifest.json").write_text(json.dumps(manifest))
     failures = " | ".join(request_archive.verify_archive(a, trusted_log_key=_log_key()).failures())
     assert "archive root" in failures and "do not hash to its Merkle root" in failures

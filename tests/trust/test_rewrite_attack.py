@@ -11,11 +11,11 @@ from pathlib import Path
 
 from sqlalchemy import text
 
-from registry import audit_tree
 from registry.db import get_engine, session_scope
 from registry.services import transparency as tl
 from registry.services.tokens import create_token
 from registry.settings import Settings
+from registry.trust import audit_tree
 from tests.api.conftest import run_cli
 from tests.fixtures import bypass_append_only
 
@@ -113,7 +113,7 @@ def test_a_truncated_log_fails_against_its_signed_checkpoint(home: Settings) -> 
 
 
 def test_witness_cosignatures_are_checked_where_named(home: Settings, tmp_path: Path) -> None:
-    from registry.witness import Witness
+    from registry.trust.witness import Witness
 
     url = home.db_url
     _grow(url, ["a"])

@@ -11,12 +11,12 @@ import time
 import pytest
 from sqlalchemy import func, select, text
 
-from registry import audit, audit_tree, merkle
 from registry.db import get_engine, session_scope
 from registry.errors import NotFound
-from registry.models import AuditLeaf, AuditPending
 from registry.services import transparency as tl
 from registry.settings import Settings
+from registry.tables import AuditLeaf, AuditPending
+from registry.trust import audit, audit_tree, merkle
 
 
 def _event(session, name: str):  # type: ignore[no-untyped-def]

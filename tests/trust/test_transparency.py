@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from registry import audit, audit_tree, db, merkle, signed_note
+from registry import db
 from registry.canonical import canonical_json
 from registry.db import get_engine, session_scope
 from registry.errors import Conflict, InvalidInput, NotFound
 from registry.services import transparency as tl
 from registry.settings import Settings
-from registry.witness import ForkDetected, Witness
+from registry.trust import audit, audit_tree, merkle, signed_note
+from registry.trust.witness import ForkDetected, Witness
 from tests.fixtures import bypass_append_only
 
 

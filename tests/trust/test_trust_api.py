@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from registry import merkle, signed_note
-from registry.witness import Witness
+from registry.trust import merkle, signed_note
+from registry.trust.witness import Witness
 from tests.api.conftest import ApiEnv
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from registry import audit_tree
 from registry.db import get_engine
 from registry.settings import Settings
+from registry.trust import audit_tree
 from tests.fixtures import bypass_append_only, write_fake_model
 from tests.trust.test_model_signing import make_signer
 

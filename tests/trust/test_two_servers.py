@@ -15,12 +15,12 @@ import httpx
 import pytest
 from sqlalchemy import func, select, text
 
-from registry import audit
 from registry.db import session_scope
-from registry.models import AuditEvent, AuditLeaf, AuditPending, LogCheckpoint
 from registry.services import transparency as tl
 from registry.services.system import read_credentials
 from registry.settings import Settings
+from registry.tables import AuditEvent, AuditLeaf, AuditPending, LogCheckpoint
+from registry.trust import audit
 from tests.serve_process import ApiServer
 
 THREADS = 3

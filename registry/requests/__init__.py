@@ -1,0 +1,3 @@
+"""Request tags: their compact encoding, the store and its partitions, and the archive
+that keeps old partitions verifiable.
+"""
