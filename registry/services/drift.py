@@ -127,23 +127,19 @@ def on_target_change(session: Session, previous: Artifact, new: Artifact, actor:
                 "policy": val.policy_name,
                 "purpose": "drift",
             }
-            job, created = jobs_service.enqueue(
-                session, kind="measure", args=args, key_material=key, actor=actor
+            jobs_service.enqueue_remeasure(
+                session,
+                args=args,
+                key_material=key,
+                actor=actor,
+                action="drift.remeasure_queued",
+                pair_id=cand.id,
+                payload={
+                    "candidate": cand.pair_digest,
+                    "baseline": base.pair_digest,
+                    "policy": val.policy_name,
+                },
             )
-            if created:
-                append_event(
-                    session,
-                    actor=actor,
-                    action="drift.remeasure_queued",
-                    entity_type="pair",
-                    entity_id=cand.id,
-                    payload={
-                        "candidate": cand.pair_digest,
-                        "baseline": base.pair_digest,
-                        "job_id": job.id,
-                        "policy": val.policy_name,
-                    },
-                )
 
 
 def _head_no_longer_fits(session: Session, base: Pair, new: Artifact, actor: str) -> None:

@@ -100,6 +100,34 @@ def enqueue(
     return job, True
 
 
+def enqueue_remeasure(
+    session: Session,
+    *,
+    args: dict[str, Any],
+    key_material: dict[str, Any],
+    actor: str,
+    action: str,
+    pair_id: int,
+    payload: dict[str, Any],
+) -> Job:
+    """Queue a re-measurement of a pair once per key and, when it is new (or re-queued after a
+    failure), say why on the pair's audit trail (``action``, ``payload`` plus the job id):
+    the one way a drift check or an engine change asks for a measurement."""
+    job, created = enqueue(
+        session, kind="measure", args=args, key_material=key_material, actor=actor
+    )
+    if created:
+        append_event(
+            session,
+            actor=actor,
+            action=action,
+            entity_type="pair",
+            entity_id=pair_id,
+            payload={**payload, "job_id": job.id},
+        )
+    return job
+
+
 def needs_isolation(args: dict[str, Any]) -> bool:
     """A job whose settings run an artifact's own model code."""
     return bool((args.get("settings") or {}).get("trust_remote_code"))

@@ -52,7 +52,6 @@ from registry.tables import (
     Pair,
     Validation,
 )
-from registry.trust.audit import append_event
 
 # the fields of a measurement's serving_config a deployment checks, in report order
 CHECKED = ("method", "k", "dtype", "acceptance", "chat_template_digest", "eagle3_aux_layer_ids")
@@ -321,23 +320,19 @@ def _remeasure(
         validate={"policy": pol.name, "deployment": dep.name},
     )  # fmt: skip
     key = {**measure_key(pair, args), "purpose": "engine_version", "engine_version": version}
-    job, created = jobs_service.enqueue(
-        session, kind="measure", args=args, key_material=key, actor=actor
+    job = jobs_service.enqueue_remeasure(
+        session,
+        args=args,
+        key_material=key,
+        actor=actor,
+        action="serving.remeasure_queued",
+        pair_id=pair.id,
+        payload={
+            "pair_digest": pair.pair_digest,
+            "deployment": dep.name,
+            "engine_version": version,
+        },
     )
-    if created:
-        append_event(
-            session,
-            actor=actor,
-            action="serving.remeasure_queued",
-            entity_type="pair",
-            entity_id=pair.id,
-            payload={
-                "pair_digest": pair.pair_digest,
-                "deployment": dep.name,
-                "engine_version": version,
-                "job_id": job.id,
-            },
-        )
     return int(job.id)
 
 
