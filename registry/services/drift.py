@@ -503,9 +503,12 @@ def resolve_flag(
     return _close(session, id, "resolved", reason, actor, home_dir)
 
 
-def resolve_by_retrained(session: Session, pair: Pair, validation_id: int, actor: str) -> None:
+def resolve_by_retrained(
+    session: Session, pair: Pair, validation_id: int, actor: str, home_dir: str | None
+) -> None:
     """A pair passed validation: flags on candidates with the same target whose drafter is
-    an older version of this pair's drafter are resolved (the retrained drafter fixed it)."""
+    an older version of this pair's drafter are resolved (the retrained drafter fixed it).
+    (``home_dir``: the validation's, for the gates re-checked as the flags close.)"""
     if pair.drafter is None:
         return
     older = select(Artifact.id).where(
@@ -527,6 +530,7 @@ def resolve_by_retrained(session: Session, pair: Pair, validation_id: int, actor
             f"retrained drafter validated: pair {pair.pair_digest[:12]} "
             f"(validation {validation_id})",
             actor,
+            home_dir,
         )
 
 

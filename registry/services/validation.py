@@ -472,7 +472,7 @@ def record_validation(
     if passed:
         from registry.services.drift import resolve_by_retrained  # drift imports this module
 
-        resolve_by_retrained(session, pair, row.id, actor)
+        resolve_by_retrained(session, pair, row.id, actor, home_dir)
     return row
 
 
