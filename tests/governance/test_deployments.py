@@ -13,8 +13,8 @@ from sqlalchemy.exc import IntegrityError
 from registry.db import session_scope
 from registry.errors import Conflict, NotFound
 from registry.refs import resolve_deployment, resolve_pair
-from registry.services import deployments, validation
-from registry.tables import DeploymentEvent, utcnow
+from registry.services import deployments, drift, validation
+from registry.tables import DeploymentEvent, DriftFlag, utcnow
 from tests.governance.helpers import (
     ACTOR,
     add_model,
@@ -217,3 +217,31 @@ def test_changed_file_opens_integrity_flag_that_blocks_promotion(
     with session_scope(sqlite_url) as s:
         drift.ack_flag(s, id=flags[0].id, reason="restored from backup", actor=ACTOR)
         deployments.promote(s, ref=a, deployment="prod", reason="x", actor=ACTOR)
+
+
+def test_a_validated_retrained_drafter_resolves_the_older_drafters_flags(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A drift flag on (target, draft v1) is resolved when (target, draft v2) of the same
+    draft lineage passes validation; the re-checked gates run on the validation's own home."""
+    put_test_policy(db_url)
+    t1 = add_model(db_url, tmp_path, "acme/target", "target", b"t1")
+    d1 = add_model(db_url, tmp_path, "acme/draft", "draft", b"d1")
+    d2 = add_model(db_url, tmp_path, "acme/draft", "draft", b"d2")
+    old, new = make_pair(db_url, t1, d1), make_pair(db_url, t1, d2)
+    with session_scope(db_url) as s:
+        flag = DriftFlag(kind="drift", pair_id=resolve_pair(s, old).id, effects={},
+                         severity="high", summary="α fell on code")  # fmt: skip
+        flag_id = drift.open_flag(s, flag, actor="worker:w1", payload={"pair": old}).id
+    store(db_url, new, synthetic_result({"code": 0.8, "prose": 0.7}, seed=3))
+    with session_scope(db_url) as s:
+        res = validation.validate_pair(
+            s, ref=new, policy="test", runner_version="test-1", actor=ACTOR,
+            home_dir=str(tmp_path / "home"),
+        )  # fmt: skip
+        assert res.validation is not None and res.validation.passed
+    with session_scope(db_url) as s:
+        closed = s.get(DriftFlag, flag_id)
+        assert closed is not None and closed.state == "resolved"
+        assert closed.reason is not None
+        assert closed.reason.startswith(f"retrained drafter validated: pair {new[:12]}")
