@@ -63,19 +63,6 @@ def _local_dir(art: Artifact) -> Path | None:
     return None
 
 
-def _head_config(pair: Pair) -> dict[str, Any]:
-    import json
-
-    d = _local_dir(pair.drafter) if pair.drafter is not None else None
-    if d is None:
-        return {}
-    try:
-        data = json.loads((d / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def head_aux_layer_ids(pair: Pair) -> list[int] | None:
     """The layers the pair's EAGLE-3 head fuses as its files say (declared in its
     config.json, or recorded at registration), else the default for the target's layer
@@ -197,15 +184,15 @@ def pair_validated_measurement(session: Session, pair: Pair) -> Measurement | No
 
 
 def measured_aux_layer_ids(
-    pair: Pair, m: Measurement | None, head_config: dict[str, Any] | None = None
+    pair: Pair, m: Measurement | None, head_config: dict[str, Any]
 ) -> list[int] | None:
     """The auxiliary layers an export must carry for an EAGLE-3 pair: those its validated
-    measurement ran with. Refused (naming the field) when the head's config on disk
-    declares other layers, or declares none and the measurement recorded none either."""
+    measurement ran with. ``head_config`` is the head's config.json as the export reads it
+    (verified, else what registration recorded). Refused (naming the field) when it
+    declares other layers than were measured."""
     if not get_method(pair.method).fuses_target_layers or pair.drafter is None:
         return None
-    config = head_config if head_config is not None else _head_config(pair)
-    declared = declared_aux_layer_ids(config)
+    declared = declared_aux_layer_ids(head_config)
     recorded = ((m.extra or {}).get("serving_config") or {}) if m is not None else {}
     measured = recorded.get("eagle3_aux_layer_ids")
     if m is None or not isinstance(measured, list):
