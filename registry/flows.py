@@ -12,6 +12,7 @@ is needed (the runner loads torch).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -42,19 +43,6 @@ class LocalExecutor(Executor, Protocol):
     ) -> str:
         """The digest of the prompts this executor would measure for that suite choice."""
         ...
-
-
-class _Lazy:
-    """The executor, built once and only when a step needs it."""
-
-    def __init__(self, factory: Callable[[], LocalExecutor]):
-        self._factory = factory
-        self._executor: LocalExecutor | None = None
-
-    def __call__(self) -> LocalExecutor:
-        if self._executor is None:
-            self._executor = self._factory()
-        return self._executor
 
 
 def _say(log: Log | None, message: str) -> None:
@@ -143,7 +131,7 @@ def validate_and_wait(
     A failed job raises :class:`InvalidInput` naming ``pair``; one still running after
     ``timeout`` seconds, naming ``timeout``.
     """
-    get_executor = _Lazy(executor)
+    get_executor = functools.cache(executor)  # built once, and only when a step needs it
     embedded = backend.mode == "embedded"
     runner_version = suite_digest = None
     if embedded:
