@@ -19,9 +19,9 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from builders.settings import cache_root
 from registry import db
 from registry.settings import Settings, reset_settings
+from tests.prepare import TEST_CACHE, tiny_pairs
 
 PG_URL = os.environ.get(
     "PAIRREG_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -29,10 +29,6 @@ PG_URL = os.environ.get(
 REQUIRE_PG = os.environ.get("CI") == "true" or os.environ.get("PAIRREG_REQUIRE_POSTGRES") == "1"
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
 REPO = Path(__file__).resolve().parents[1]
-# The reference builds' cache root: PAIRREG_TEST_CACHE, else the builders' own (the user
-# cache directory or PAIRREG_BUILD_CACHE), so every clone and CI run on one machine reuses
-# one build per recipe digest (``builders.settings``).
-TEST_CACHE = Path(os.environ.get("PAIRREG_TEST_CACHE") or cache_root())
 
 
 def _pg_admin_engine():  # type: ignore[no-untyped-def]
@@ -186,9 +182,7 @@ def home(tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterat
 @pytest.fixture(scope="session")
 def tiny():  # type: ignore[no-untyped-def]
     """Paths of the tiny pairs (target-v1, target-v2, draft, medusa), built once."""
-    from builders.tiny import build_tiny_pairs, default_tiny_dir
-
-    return build_tiny_pairs(default_tiny_dir(TEST_CACHE))
+    return tiny_pairs()
 
 
 @pytest.fixture
@@ -199,8 +193,23 @@ def model_dir(tmp_path: Path) -> Path:
     return write_fake_model(tmp_path / "model")
 
 
+# Fixtures whose assets take minutes to build on a new machine (``tests/prepare.py``).
+PREPARED = ("tiny", "mlflow_server")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Real-pair tests run last when a run selects every tier (``make test`` leaves them out;
-    ``make test-real`` runs them alone): the real pair builds in the background meanwhile, and
-    the real tests then find the build finished (they wait on the build's lock otherwise)."""
-    items.sort(key=lambda item: item.get_closest_marker("real") is not None)
+    """Order the run so nothing waits on a build it could have overlapped.
+
+    Tests that need a prepared asset (the tiny pairs, the MLflow server's venv) come after
+    the seven hundred that need neither: ``make test`` builds the assets in the background
+    meanwhile (``tests/prepare.py``), so on a new machine the pytest workers keep testing
+    instead of waiting at the build's lock. Real-pair tests run last when a run selects every
+    tier (``make test`` leaves them out; ``make test-real`` runs them alone): the real pair
+    builds in the background too, and the real tests wait on its lock if it is not done.
+    The sort is stable and the same in every xdist worker, as xdist requires."""
+
+    def key(item: pytest.Item) -> tuple[bool, bool]:
+        prepared = any(name in item.fixturenames for name in PREPARED)  # type: ignore[attr-defined]
+        return item.get_closest_marker("real") is not None, prepared
+
+    items.sort(key=key)

@@ -36,6 +36,10 @@ from tests.api.fuzzing import (
 )
 from tests.hubserver import loopback_hub
 
+# The tally test reads what the fuzz test counted in this process: one xdist worker runs both,
+# in order (``--dist loadgroup``), or the tally test would find nothing and skip.
+pytestmark = pytest.mark.xdist_group("fuzz")
+
 MAX_EXAMPLES = int(os.environ.get("PAIRREG_FUZZ_EXAMPLES", "20"))
 PROBABILITY = float(os.environ.get("PAIRREG_FUZZ_SEEDED", "0.5"))
 DEEP = os.environ.get("PAIRREG_FUZZ_DEEP") == "1"

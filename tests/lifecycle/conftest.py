@@ -18,10 +18,8 @@ one each server process makes up its own and cannot read the others' secrets).
 
 from __future__ import annotations
 
-import fcntl
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,26 +29,8 @@ import httpx
 import pytest
 from cryptography.fernet import Fernet
 
-from tests.conftest import TEST_CACHE
+from tests.prepare import mlflow_server_venv
 from tests.serve_process import free_port
-
-MLFLOW_SPEC = "mlflow==3.17.*"
-
-
-def mlflow_server_venv() -> Path:
-    override = os.environ.get("PAIRREG_MLFLOW_SERVER_VENV")
-    venv = Path(override) if override else TEST_CACHE / "mlflow-server-3.17"
-    if (venv / "bin" / "mlflow").exists():
-        return venv
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / ".mlflow-server.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (venv / "bin" / "mlflow").exists():
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-            subprocess.run(
-                [str(venv / "bin" / "pip"), "install", "-q", MLFLOW_SPEC], check=True, timeout=900
-            )
-    return venv
 
 
 @dataclass
