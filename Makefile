@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 HOST ?= 127.0.0.1
 PYTEST_ARGS ?=
+PACKAGES := registry runner builders api cli migrations
 # Two pytest workers (pytest-xdist): the suite is mostly one core of Python, subprocess
 # servers and waits, so a second worker keeps the other core busy. Tests are handed out one
 # at a time in collection order. `make test PYTEST_WORKERS=0` runs in one process.
@@ -23,11 +24,9 @@ $(BIN)/activate:
 	$(BIN)/pip install --quiet --upgrade pip
 
 # torch is installed first and pinned: an unpinned torch would pull a multi-GB CUDA build.
-# --no-compile: Python compiles the modules it imports on first use and caches them, instead
-# of pip compiling all of torch, transformers and mlflow up front (half the install's time).
 $(VENV)/.installed: $(BIN)/activate pyproject.toml
-	$(BIN)/pip install --quiet --no-compile torch==2.13.0
-	$(BIN)/pip install --quiet --no-compile -e ".[test]"
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e ".[test]"
 	touch $@
 
 venv: $(VENV)/.installed
@@ -42,9 +41,12 @@ run: venv
 ## slower tiers, which have their own targets (`make test-real`, `make test-engines`).
 ## The tiny pairs and the MLflow server's venv (minutes on a new machine, cached after) build
 ## in the background from the start (tests/prepare.py); the tests that need them run last.
+## pairreg's own modules are byte-compiled first: where PYTHONDONTWRITEBYTECODE is set (as on
+## CI machines) each of the suite's hundreds of subprocesses would otherwise compile them again.
 test: venv
 	@mkdir -p test-output
 	$(BIN)/python -m tests.prepare > test-output/prepare.log 2>&1 &
+	$(BIN)/python -m compileall -q -j 0 $(PACKAGES) > /dev/null
 	$(MAKE) --no-print-directory lint
 	$(BIN)/pytest $(XDIST_ARGS) --durations=15 -m "not real and not engine" $(PYTEST_ARGS)
 

@@ -206,10 +206,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     instead of waiting at the build's lock. Real-pair tests run last when a run selects every
     tier (``make test`` leaves them out; ``make test-real`` runs them alone): the real pair
     builds in the background too, and the real tests wait on its lock if it is not done.
-    The sort is stable and the same in every xdist worker, as xdist requires."""
+    Within the prepared group the ``slow`` flows go first, so the run does not end on one
+    long test while the other worker idles. The sort is stable and the same in every xdist
+    worker, as xdist requires."""
 
-    def key(item: pytest.Item) -> tuple[bool, bool]:
+    def key(item: pytest.Item) -> tuple[bool, bool, bool]:
         prepared = any(name in item.fixturenames for name in PREPARED)  # type: ignore[attr-defined]
-        return item.get_closest_marker("real") is not None, prepared
+        quick = item.get_closest_marker("slow") is None
+        return item.get_closest_marker("real") is not None, prepared, prepared and quick
 
     items.sort(key=key)
