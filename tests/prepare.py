@@ -42,7 +42,9 @@ def mlflow_server_venv() -> Path:
         if not (venv / "bin" / "mlflow").exists():
             subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
             subprocess.run(
-                [str(venv / "bin" / "pip"), "install", "-q", "--no-compile", MLFLOW_SPEC],
+                # compiled at install: with PYTHONDONTWRITEBYTECODE set, nothing compiled
+                # later is kept, and every server start would compile mlflow again
+                [str(venv / "bin" / "pip"), "install", "-q", MLFLOW_SPEC],
                 check=True,
                 timeout=900,
             )
